@@ -1,0 +1,20 @@
+"""Build hook: compile the pytree engine with mypyc unless SPRUCE_PURE=1.
+
+The engine modules (src/spruce/_tree/_*.py) are typed Python; mypyc turns them into C
+extensions.  With SPRUCE_PURE=1 the same files are installed as plain Python instead.
+"""
+
+import os
+from pathlib import Path
+
+from setuptools import setup
+
+ENGINE = sorted(str(p) for p in Path("src/spruce/_tree").glob("_*.py") if p.name != "__init__.py")
+
+ext_modules = []
+if os.environ.get("SPRUCE_PURE", "") not in ("1", "true", "yes"):
+    from mypyc.build import mypycify
+
+    ext_modules = mypycify(ENGINE, opt_level="3", debug_level="0")
+
+setup(ext_modules=ext_modules)

@@ -1,0 +1,221 @@
+"""Error messages that say where (the key path) and what (both sides).
+
+Only error paths come here, so nothing in this module is performance sensitive.  Walkers keep
+the objects and positions of the nodes they are inside (their frame stack); the key path is
+rebuilt from that stack only when an error has to be reported.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from ._keys import keystr
+from ._registry import (
+    CUSTOM,
+    DEFAULTDICT,
+    DEQUE,
+    DICT,
+    LEAF,
+    LIST,
+    MASK,
+    NAMEDTUPLE,
+    NONE,
+    ORDEREDDICT,
+    SHIFT,
+    STRUCTSEQ,
+    TUPLE,
+    CustomData,
+    DictData,
+    expand,
+    expand_with_keys,
+    qualified_name,
+)
+
+MAX_KEYS_SHOWN: Final = 8
+MAX_REPR: Final = 120
+
+
+def short_repr(x: Any, limit: int = MAX_REPR) -> str:
+    try:
+        s = repr(x)
+    except Exception as e:  # a broken __repr__ must not hide the real error
+        s = f"<{type(x).__name__} object (repr failed: {type(e).__name__})>"
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def keys_text(keys: Any) -> str:
+    ks = list(keys)
+    shown = ", ".join(short_repr(k, 40) for k in ks[:MAX_KEYS_SHOWN])
+    if len(ks) > MAX_KEYS_SHOWN:
+        shown += f", ... ({len(ks) - MAX_KEYS_SHOWN} more)"
+    return "[" + shown + "]"
+
+
+def child_key(node: Any, index: int, none_is_leaf: bool) -> Any:
+    """The key entry of child ``index`` of ``node`` (error paths only)."""
+    try:
+        keys = expand_with_keys(node, none_is_leaf)[3]
+        return keys[index]
+    except Exception:
+        return f"[<child {index}>]"
+
+
+def path_of(nodes: list[Any], positions: list[int], none_is_leaf: bool) -> tuple[Any, ...]:
+    """Key path of ``nodes[-1]`` from a walker's frame stack.
+
+    ``nodes[i]`` is the node entered at depth i (``nodes[0]`` the root) and ``positions[i]`` is
+    one past its index among its parent's children (``positions[0]`` is ignored).
+    """
+    path = []
+    for i in range(1, len(nodes)):
+        path.append(child_key(nodes[i - 1], positions[i] - 1, none_is_leaf))
+    return tuple(path)
+
+
+def path_text(path: tuple[Any, ...]) -> str:
+    return keystr(path) if path else "<root>"
+
+
+def _type_name(t: Any) -> str:
+    return str(getattr(t, "__name__", t))
+
+
+def describe(code: int, data: Any, x: Any, other_type: Any = None) -> str:
+    """Human description of one node (or leaf) for mismatch messages."""
+    kind = code & MASK
+    n = code >> SHIFT
+    if kind == LEAF:
+        return f"a leaf of type {type(x).__name__}" if x is not None else "a leaf (None)"
+    if kind == NONE:
+        return "None"
+    if kind == TUPLE:
+        return f"a tuple of length {n}"
+    if kind == LIST:
+        return f"a list of length {n}"
+    if kind == DEQUE:
+        return f"a deque of length {n} (maxlen={data!r})"
+    if kind == DICT or kind == ORDEREDDICT or kind == DEFAULTDICT:
+        dd: DictData = data
+        label = {DICT: "a dict", ORDEREDDICT: "an OrderedDict", DEFAULTDICT: "a defaultdict"}[kind]
+        extra = f" (default_factory={short_repr(dd.factory, 60)})" if kind == DEFAULTDICT else ""
+        return f"{label} with keys {keys_text(dd.keys)}{extra}"
+    if kind == NAMEDTUPLE or kind == STRUCTSEQ:
+        return f"a {'namedtuple' if kind == NAMEDTUPLE else 'struct sequence'} {_named(data, other_type)}"
+    if kind == CUSTOM:
+        cd: CustomData = data
+        return (
+            f"a {_named(cd.info.nodetype, other_type)} node with {n} children and node data "
+            f"{short_repr(cd.aux_text())}"
+        )
+    return f"a node of code {code}"
+
+
+def _named(t: Any, other: Any) -> str:
+    if other is not None and other is not t and _type_name(other) == _type_name(t):
+        return f"{_type_name(t)} ({qualified_name(t)}; distinct classes with the same name)"
+    return _type_name(t)
+
+
+def _node_type(code: int, data: Any) -> Any:
+    kind = code & MASK
+    if kind == NAMEDTUPLE or kind == STRUCTSEQ:
+        return data
+    if kind == CUSTOM:
+        return data.info.nodetype
+    return None
+
+
+def mismatch_detail(code: int, data: Any, ycode: int, ydata: Any, y: Any) -> str:
+    """What differs between an expected node (code, data) and the node ``y`` found."""
+    t1 = _node_type(code, data)
+    t2 = _node_type(ycode, ydata)
+    kind, ykind = code & MASK, ycode & MASK
+    expected = describe(code, data, None, t2)
+    got = describe(ycode, ydata, y, t1)
+    if ykind == LEAF and kind != LEAF:
+        got = f"a leaf of type {qualified_name(type(y))}"
+    msg = f"expected {expected}, got {got}"
+    if kind == ykind and kind in (DICT, ORDEREDDICT, DEFAULTDICT):
+        a: DictData = data
+        b: DictData = ydata
+        missing = [k for k in a.keys if k not in set(b.keys)]
+        extra = [k for k in b.keys if k not in set(a.keys)]
+        if missing:
+            msg += f"; missing key(s) {keys_text(missing)}"
+        if extra:
+            msg += f"; extra key(s) {keys_text(extra)}"
+        if not missing and not extra and a.keys != b.keys:
+            msg += "; the same keys in a different order"
+    return msg
+
+
+def mismatch_error(
+    what: str,
+    nodes: list[Any],
+    positions: list[int],
+    none_is_leaf: bool,
+    code: int,
+    data: Any,
+    y: Any,
+    which: str,
+) -> ValueError:
+    """A ValueError for a structure mismatch found while walking ``nodes``' frame stack."""
+    ycode, ydata, _ = expand(y, none_is_leaf)
+    path = path_of(nodes, positions, none_is_leaf)
+    detail = mismatch_detail(code, data, ycode, ydata, y)
+    return ValueError(f"{what}: {which} does not match at key path {path_text(path)}: {detail}")
+
+
+def cycle_error(nodes: list[Any], positions: list[int], none_is_leaf: bool) -> ValueError:
+    """A ValueError for a container that contains itself; names where the cycle closes."""
+    first: dict[int, int] = {}
+    for j, node in enumerate(nodes):
+        i = first.get(id(node))
+        if i is not None:
+            closing = path_of(nodes[: j + 1], positions[: j + 1], none_is_leaf)
+            ancestor = path_of(nodes[: i + 1], positions[: i + 1], none_is_leaf)
+            return ValueError(
+                f"cycle in pytree: the {type(node).__name__} at key path {path_text(closing)} is "
+                f"the same object as its ancestor at key path {path_text(ancestor)}, so the tree "
+                "would be infinitely deep; a pytree must not contain itself"
+            )
+        first[id(node)] = j
+    return ValueError("cycle in pytree: a container contains itself")
+
+
+# ---------------------------------------------------------------------------------------------
+# Depth: walkers are iterative, so depth never touches the C stack; past DEEP levels a walk
+# starts checking for cycles, and past MAX_DEPTH it gives up with RecursionError.
+
+DEEP: Final = 1000
+MAX_DEPTH: Final = 10_000_000
+
+
+class DeepGuard:
+    """Cycle detection for one walk, created only when the walk goes deeper than DEEP.
+
+    Holds the ids of every node on the current root-to-node path.  A node that is already on
+    the path contains itself: a cycle.
+    """
+
+    ids: set[int]
+
+    def __init__(self, nodes: list[Any]) -> None:
+        self.ids = set()
+        for node in nodes[:-1]:
+            self.ids.add(id(node))
+
+    def enter(self, nodes: list[Any], positions: list[int], none_is_leaf: bool) -> None:
+        node = nodes[-1]
+        key = id(node)
+        if key in self.ids:
+            raise cycle_error(nodes, positions, none_is_leaf)
+        self.ids.add(key)
+        if len(nodes) > MAX_DEPTH:
+            raise RecursionError(
+                f"pytree is deeper than {MAX_DEPTH:,} levels (at key path length {len(nodes)}); "
+                "spruce walks trees iteratively, but refuses trees this deep"
+            )
+
+    def exit(self, node: Any) -> None:
+        self.ids.discard(id(node))

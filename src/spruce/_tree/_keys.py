@@ -1,0 +1,179 @@
+"""Key-path entries and ``keystr``.
+
+A key path is a tuple of key entries, one per level from the root to a leaf.  The entry classes
+follow jax.tree_util's (same names, fields, ``str`` and ``repr``), so paths print the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+
+class DictKey:
+    """Entry for a child of a dict, OrderedDict or defaultdict.
+
+    ``key`` is the dict key.  ``str`` gives ``['a']`` (the key's repr in brackets), ``repr`` gives
+    ``DictKey(key='a')``, as in jax.tree_util.
+    """
+
+    __match_args__: Final = ("key",)
+    key: Any
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+    def __str__(self) -> str:
+        return f"[{self.key!r}]"
+
+    def __repr__(self) -> str:
+        return f"DictKey(key={self.key!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DictKey) and bool(self.key == other.key)
+
+    def __hash__(self) -> int:
+        return hash((DictKey, self.key))
+
+    def __reduce__(self) -> Any:
+        return (DictKey, (self.key,))
+
+
+class SequenceKey:
+    """Entry for a child of a list, tuple or deque: ``idx`` is its position (an int).
+
+    ``str`` gives ``[0]``, ``repr`` gives ``SequenceKey(idx=0)``, as in jax.tree_util.
+    """
+
+    __match_args__: Final = ("idx",)
+    idx: int
+
+    def __init__(self, idx: int) -> None:
+        self.idx = idx
+
+    def __str__(self) -> str:
+        return f"[{self.idx!r}]"
+
+    def __repr__(self) -> str:
+        return f"SequenceKey(idx={self.idx!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SequenceKey) and self.idx == other.idx
+
+    def __hash__(self) -> int:
+        return hash((SequenceKey, self.idx))
+
+    def __reduce__(self) -> Any:
+        return (SequenceKey, (self.idx,))
+
+
+class GetAttrKey:
+    """Entry for an attribute child (namedtuple, struct sequence, dataclass, Module field).
+
+    ``name`` is the attribute name.  ``str`` gives ``.name``, ``repr`` gives
+    ``GetAttrKey(name='name')``, as in jax.tree_util.
+    """
+
+    __match_args__: Final = ("name",)
+    name: str
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __str__(self) -> str:
+        return f".{self.name}"
+
+    def __repr__(self) -> str:
+        return f"GetAttrKey(name={self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GetAttrKey) and self.name == other.name
+
+    def __hash__(self) -> int:
+        return hash((GetAttrKey, self.name))
+
+    def __reduce__(self) -> Any:
+        return (GetAttrKey, (self.name,))
+
+
+class FlattenedIndexKey:
+    """Entry for the ``key``-th child of a custom node registered without key names.
+
+    ``str`` gives ``[<flat index 0>]``, ``repr`` gives ``FlattenedIndexKey(key=0)``, as in
+    jax.tree_util.
+    """
+
+    __match_args__: Final = ("key",)
+    key: int
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+
+    def __str__(self) -> str:
+        return f"[<flat index {self.key}>]"
+
+    def __repr__(self) -> str:
+        return f"FlattenedIndexKey(key={self.key!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FlattenedIndexKey) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash((FlattenedIndexKey, self.key))
+
+    def __reduce__(self) -> Any:
+        return (FlattenedIndexKey, (self.key,))
+
+
+# Key entries are immutable, so the common small ones are shared instead of allocated per leaf.
+_NUM_CACHED: Final = 1024
+SEQUENCE_KEYS: Final[list[Any]] = [SequenceKey(i) for i in range(_NUM_CACHED)]
+FLAT_INDEX_KEYS: Final[list[Any]] = [FlattenedIndexKey(i) for i in range(_NUM_CACHED)]
+
+
+def sequence_keys(n: int) -> list[Any]:
+    """``[SequenceKey(0), ..., SequenceKey(n - 1)]``, sharing the cached entries."""
+    if n <= _NUM_CACHED:
+        return SEQUENCE_KEYS[:n]
+    return SEQUENCE_KEYS + [SequenceKey(i) for i in range(_NUM_CACHED, n)]
+
+
+def flat_index_keys(n: int) -> list[Any]:
+    """``[FlattenedIndexKey(0), ..., FlattenedIndexKey(n - 1)]``, sharing the cached entries."""
+    if n <= _NUM_CACHED:
+        return FLAT_INDEX_KEYS[:n]
+    return FLAT_INDEX_KEYS + [FlattenedIndexKey(i) for i in range(_NUM_CACHED, n)]
+
+
+def _simple(entry: Any) -> str:
+    if isinstance(entry, DictKey):
+        return str(entry.key)
+    if isinstance(entry, SequenceKey):
+        return str(entry.idx)
+    if isinstance(entry, GetAttrKey):
+        return entry.name
+    if isinstance(entry, FlattenedIndexKey):
+        return str(entry.key)
+    return str(entry)
+
+
+def keystr(keys: Any, *, simple: bool = False, separator: str = "") -> str:
+    """Join a key path into one string, as jax.tree_util.keystr.
+
+    Args:
+      keys: a key path (a tuple of key entries; other objects are converted with ``str``).
+      simple: if True, each entry is shown by its bare key (``a``, ``0``, ``name``) instead of
+        its bracketed form (``['a']``, ``[0]``, ``.name``).  Shorter, but ``0`` may then mean a
+        list index or the dict key ``0``.
+      separator: put between the entries.
+
+    Returns:
+      The joined string; the empty path gives ``''``.
+
+    >>> keystr((DictKey('a'), SequenceKey(0), GetAttrKey('w')))
+    "['a'][0].w"
+    >>> keystr((DictKey('a'), SequenceKey(0), GetAttrKey('w')), simple=True, separator='/')
+    'a/0/w'
+    """
+    if simple:
+        return separator.join([_simple(k) for k in keys])
+    return separator.join([str(k) for k in keys])

@@ -1,0 +1,640 @@
+"""PyTreeDef: the structure of a pytree as a flat pre-order node table.
+
+A PyTreeDef holds ``codes`` (one int per node, leaves included, in pre-order: see
+``_registry`` for the packing of kind and arity) and ``data`` (one entry per non-leaf node, in
+the same order).  Equality is two list comparisons; unflatten, repr and every other operation
+walk the table iteratively, so a PyTreeDef of any depth is safe to use.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, defaultdict, deque
+from typing import Any, Final, Iterable
+
+from ._errors import describe, mismatch_detail, path_of, path_text, short_repr
+from ._registry import (
+    CUSTOM,
+    DEFAULTDICT,
+    DEQUE,
+    DICT,
+    LEAF,
+    LIST,
+    MASK,
+    NAMEDTUPLE,
+    NONE,
+    NUM_KINDS,
+    ORDEREDDICT,
+    SHIFT,
+    STRUCTSEQ,
+    TUPLE,
+    CustomData,
+    DictData,
+    _is_namedtuple_type,
+    _is_structseq_type,
+    build,
+    expand,
+    lookup,
+    structseq_fields,
+)
+
+_STATE_VERSION: Final = 1
+_guard_lock: Final = threading.Lock()
+_active: Final[set[tuple[int, int, int]]] = set()
+
+
+def _enter(kind: int, a: object, b: object) -> bool:
+    """Re-entrancy guard for repr/hash/eq of a PyTreeDef whose node data refers back to it."""
+    key = (threading.get_ident() * 4 + kind, id(a), id(b))
+    with _guard_lock:
+        if key in _active:
+            return False
+        _active.add(key)
+    return True
+
+
+def _leave(kind: int, a: object, b: object) -> None:
+    key = (threading.get_ident() * 4 + kind, id(a), id(b))
+    with _guard_lock:
+        _active.discard(key)
+
+
+class PyTreeDef:
+    """The structure of a pytree: everything but the leaves.
+
+    Made by ``spruce.tree.flatten`` / ``structure``; immutable, hashable (when all node data is
+    hashable), picklable.  ``repr`` is identical to jax.tree_util.PyTreeDef's for every node
+    kind JAX has (``PyTreeDef({'a': *, 'b': [*, None]})``); deques and struct sequences print as
+    ``deque([*, *], maxlen=2)`` and ``time.struct_time(tm_year=*, ...)``.
+
+    Two structures are equal when they have the same nodes, node data (dict keys, aux data,
+    namedtuple classes, deque maxlen, defaultdict factory) and ``none_is_leaf``.  Dicts compare by
+    their sorted keys, so insertion order does not matter; OrderedDict key order does.
+    """
+
+    _codes: list[int]
+    _data: list[Any]
+    _num_leaves: int
+    _none_is_leaf: bool
+    _hash: int
+    _hashed: bool
+
+    def __init__(self, codes: list[int], data: list[Any], num_leaves: int, none_is_leaf: bool) -> None:
+        self._codes = codes
+        self._data = data
+        self._num_leaves = num_leaves
+        self._none_is_leaf = none_is_leaf
+        self._hash = 0
+        self._hashed = False
+
+    # -- sizes -----------------------------------------------------------------------------
+
+    @property
+    def num_leaves(self) -> int:
+        """Number of leaves."""
+        return self._num_leaves
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes, leaves included (as jax.tree_util: ``PyTreeDef(*)`` has 1)."""
+        return len(self._codes)
+
+    @property
+    def none_is_leaf(self) -> bool:
+        """Whether this structure was made with ``none_is_leaf=True``."""
+        return self._none_is_leaf
+
+    # -- unflatten / flatten_up_to ---------------------------------------------------------
+
+    def unflatten(self, leaves: Iterable[Any]) -> Any:
+        """Build a pytree of this structure from ``leaves`` (any iterable, in leaf order).
+
+        Raises:
+          ValueError: the number of leaves differs from ``num_leaves`` (both counts are named).
+        """
+        items = leaves if type(leaves) is list else list(leaves)
+        if len(items) != self._num_leaves:
+            few = "too few" if len(items) < self._num_leaves else "too many"
+            raise ValueError(
+                f"unflatten: {few} leaves: the PyTreeDef has {self._num_leaves} leaves, but "
+                f"{len(items)} were given (structure: {_clip(repr(self), 200)})"
+            )
+        return unflatten_table(self._codes, self._data, items)
+
+    def flatten_up_to(self, tree: Any) -> list[Any]:
+        """The subtrees of ``tree`` at the leaf positions of this structure, in leaf order.
+
+        ``tree`` must have this structure as a prefix (it may be deeper at the leaves).
+
+        Raises:
+          ValueError: ``tree`` does not match; the message names the key path of the first
+            mismatch and both sides.
+        """
+        return flatten_up_to(self, tree, "flatten_up_to", "the tree")
+
+    # -- structure queries -----------------------------------------------------------------
+
+    def children(self) -> list[PyTreeDef]:
+        """The structures of the root's children (empty for a leaf)."""
+        codes = self._codes
+        root = codes[0]
+        if root == LEAF:
+            return []
+        out: list[PyTreeDef] = []
+        i = 1
+        di = 1
+        for _ in range(root >> SHIFT):
+            j, dj = span(codes, i, di)
+            out.append(self._slice(i, j, di, dj))
+            i = j
+            di = dj
+        return out
+
+    def _slice(self, i: int, j: int, di: int, dj: int) -> PyTreeDef:
+        sub = self._codes[i:j]
+        leaves = 0
+        for c in sub:
+            if c == LEAF:
+                leaves += 1
+        return PyTreeDef(sub, self._data[di:dj], leaves, self._none_is_leaf)
+
+    def node_data(self) -> Any:
+        """``(type, data)`` of the root node, or None for a leaf, as jax.tree_util.
+
+        data is None for tuple/list/None/namedtuple/struct sequences, the key list for dict and
+        OrderedDict, ``(default_factory, keys)`` for defaultdict, ``maxlen`` for deque, and the
+        aux data for registered classes.
+        """
+        code = self._codes[0]
+        kind = code & MASK
+        if kind == LEAF:
+            return None
+        d = self._data[0]
+        if kind == NONE:
+            return (type(None), None)
+        if kind == TUPLE:
+            return (tuple, None)
+        if kind == LIST:
+            return (list, None)
+        if kind == DICT:
+            return (dict, list(d.keys))
+        if kind == ORDEREDDICT:
+            return (OrderedDict, list(d.keys))
+        if kind == DEFAULTDICT:
+            return (defaultdict, (d.factory, list(d.keys)))
+        if kind == DEQUE:
+            return (deque, d)
+        if kind == NAMEDTUPLE or kind == STRUCTSEQ:
+            return (d, None)
+        cd: CustomData = d
+        return (cd.info.nodetype, cd.aux)
+
+    def compose(self, inner: PyTreeDef) -> PyTreeDef:
+        """The structure made by replacing every leaf of this one with ``inner``.
+
+        Raises:
+          ValueError: the two were made with different ``none_is_leaf``.
+        """
+        if inner._none_is_leaf != self._none_is_leaf:
+            raise ValueError("compose: both PyTreeDefs must have the same none_is_leaf")
+        codes: list[int] = []
+        data: list[Any] = []
+        di = 0
+        for c in self._codes:
+            if c == LEAF:
+                codes.extend(inner._codes)
+                data.extend(inner._data)
+            else:
+                codes.append(c)
+                data.append(self._data[di])
+                di += 1
+        return PyTreeDef(codes, data, self._num_leaves * inner._num_leaves, self._none_is_leaf)
+
+    def is_prefix_of(self, other: PyTreeDef, strict: bool = False) -> bool:
+        """True if ``other`` can be obtained by replacing leaves of this structure with subtrees.
+
+        Every structure is a prefix of itself unless ``strict``.  ``PyTreeDef(*)`` is a prefix
+        of everything.
+        """
+        if self._none_is_leaf != other._none_is_leaf:
+            return False
+        a, b = self._codes, other._codes
+        i = j = di = dj = 0
+        n = len(a)
+        while i < n:
+            c = a[i]
+            if c == LEAF:
+                j, dj = span(b, j, dj)
+                i += 1
+                continue
+            if j >= len(b) or b[j] != c or not _data_eq(self._data[di], other._data[dj]):
+                return False
+            i += 1
+            j += 1
+            di += 1
+            dj += 1
+        if strict:
+            return len(a) != len(b)
+        return True
+
+    def is_suffix_of(self, other: PyTreeDef, strict: bool = False) -> bool:
+        """True if ``other`` is a prefix of this structure (see ``is_prefix_of``)."""
+        return other.is_prefix_of(self, strict)
+
+    def paths(self) -> list[tuple[Any, ...]]:
+        """The key paths of the leaves, in leaf order (as ``leaves_with_path`` would give)."""
+        from ._traverse import leaves_with_path
+
+        placeholders = [_Placeholder() for _ in range(self._num_leaves)]
+        tree = self.unflatten(placeholders)
+        return [p for p, _ in leaves_with_path(tree, none_is_leaf=self._none_is_leaf)]
+
+    # -- dunder ----------------------------------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PyTreeDef):
+            return NotImplemented
+        if self is other:
+            return True
+        if (
+            self._num_leaves != other._num_leaves
+            or self._none_is_leaf != other._none_is_leaf
+            or self._codes != other._codes
+        ):
+            return False
+        if not _enter(1, self, other):
+            return True  # comparing data that refers back to these very PyTreeDefs
+        try:
+            a, b = self._data, other._data
+            for i in range(len(a)):
+                if not _data_eq(a[i], b[i]):
+                    return False
+            return True
+        finally:
+            _leave(1, self, other)
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        if eq is NotImplemented:
+            return NotImplemented
+        return not eq
+
+    def __hash__(self) -> int:
+        if self._hashed:
+            return self._hash
+        if not _enter(2, self, self):
+            return 0  # node data refers back to this PyTreeDef
+        try:
+            h = hash((tuple(self._codes), tuple(self._data), self._none_is_leaf))
+        finally:
+            _leave(2, self, self)
+        self._hash = h
+        self._hashed = True
+        return h
+
+    def __repr__(self) -> str:
+        if not _enter(3, self, self):
+            return "PyTreeDef(...)"
+        try:
+            body = table_str(self._codes, self._data)
+        finally:
+            _leave(3, self, self)
+        if self._none_is_leaf:
+            return f"PyTreeDef({body}, none_is_leaf=True)"
+        return f"PyTreeDef({body})"
+
+    def __reduce__(self) -> Any:
+        return (_treedef_from_state, (self.__getstate__(),))
+
+    def __getstate__(self) -> Any:
+        return (_STATE_VERSION, tuple(self._codes), tuple([_encode(d) for d in self._data]), self._none_is_leaf)
+
+    def __copy__(self) -> PyTreeDef:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> PyTreeDef:
+        return self
+
+
+class _Placeholder:
+    """A stand-in leaf used to rebuild a tree from a structure alone."""
+
+
+def _clip(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _data_eq(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    return bool(a == b)
+
+
+def span(codes: list[int], i: int, di: int) -> tuple[int, int]:
+    """End (exclusive) of the subtree starting at node ``i`` / data index ``di``."""
+    need = 1
+    while need > 0:
+        c = codes[i]
+        need += (c >> SHIFT) - 1
+        if c != LEAF:
+            di += 1
+        i += 1
+    return i, di
+
+
+# ---------------------------------------------------------------------------------------------
+# Table walks.
+
+
+def unflatten_table(codes: list[int], data: list[Any], leaves: list[Any]) -> Any:
+    """Build the tree of a node table from exactly the right number of leaves."""
+    st_code: list[int] = []
+    st_data: list[Any] = []
+    st_outs: list[list[Any]] = []
+    li = 0
+    di = 0
+    obj: Any = None
+    for c in codes:
+        if c == LEAF:
+            obj = leaves[li]
+            li += 1
+        else:
+            d = data[di]
+            di += 1
+            if c >> SHIFT == 0:
+                obj = build(c, d, [])
+            else:
+                st_code.append(c)
+                st_data.append(d)
+                st_outs.append([])
+                continue
+        while st_outs:
+            outs = st_outs[-1]
+            outs.append(obj)
+            top = st_code[-1]
+            if len(outs) < top >> SHIFT:
+                break
+            st_outs.pop()
+            st_code.pop()
+            obj = build(top, st_data.pop(), outs)
+        if not st_outs:
+            return obj
+    return obj
+
+
+def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str) -> list[Any]:
+    """Subtrees of ``tree`` at the leaves of ``td``; a clear ValueError on mismatch."""
+    codes = td._codes
+    data = td._data
+    none_is_leaf = td._none_is_leaf
+    out: list[Any] = []
+    seq: list[Any] = [tree]
+    pos = 0
+    n = 1
+    st_seq: list[list[Any]] = []
+    st_pos: list[int] = []
+    st_node: list[Any] = []
+    di = 0
+    for c in codes:
+        while pos >= n:
+            seq = st_seq.pop()
+            pos = st_pos.pop()
+            st_node.pop()
+            n = len(seq)
+        x = seq[pos]
+        pos += 1
+        if c == LEAF:
+            out.append(x)
+            continue
+        d = data[di]
+        di += 1
+        ycode, ydata, ych = expand(x, none_is_leaf)
+        if ycode != c or not _data_eq(d, ydata):
+            nodes = st_node + [x]
+            positions = st_pos + [pos]
+            path = path_of(nodes, positions, none_is_leaf)
+            raise ValueError(
+                f"{what}: {which} does not match the structure at key path {path_text(path)}: "
+                f"{mismatch_detail(c, d, ycode, ydata, x)}"
+            )
+        if c >> SHIFT == 0:
+            continue
+        st_seq.append(seq)
+        st_pos.append(pos)
+        st_node.append(x)
+        seq = ych
+        pos = 0
+        n = len(ych)
+    return out
+
+
+def _node_str(code: int, d: Any, parts: list[str]) -> str:
+    kind = code & MASK
+    inner = ", ".join(parts)
+    if kind == NONE:
+        return "None"
+    if kind == TUPLE:
+        return f"({inner},)" if len(parts) == 1 else f"({inner})"
+    if kind == LIST:
+        return f"[{inner}]"
+    if kind == DICT:
+        dd: DictData = d
+        return "{" + ", ".join([f"{k!r}: {p}" for k, p in zip(dd.keys, parts)]) + "}"
+    if kind == NAMEDTUPLE:
+        return f"CustomNode(namedtuple[{d.__name__}], [{inner}])"
+    if kind == ORDEREDDICT:
+        od: DictData = d
+        return f"CustomNode(OrderedDict[{od.keys!r}], [{inner}])"
+    if kind == DEFAULTDICT:
+        fd: DictData = d
+        return f"CustomNode(defaultdict[{(fd.factory, fd.keys)!r}], [{inner}])"
+    if kind == DEQUE:
+        return f"deque([{inner}])" if d is None else f"deque([{inner}], maxlen={d})"
+    if kind == STRUCTSEQ:
+        names = structseq_fields(d)
+        items = [f"{names[i]}={p}" if i < len(names) else p for i, p in enumerate(parts)]
+        return f"{d.__module__}.{d.__name__}({', '.join(items)})"
+    cd: CustomData = d
+    return f"CustomNode({cd.info.nodetype.__name__}[{cd.aux_text()}], [{inner}])"
+
+
+def table_str(codes: list[int], data: list[Any]) -> str:
+    """The JAX-style string of a node table (without the ``PyTreeDef(...)`` wrapper)."""
+    st_code: list[int] = []
+    st_data: list[Any] = []
+    st_parts: list[list[str]] = []
+    di = 0
+    s = ""
+    for c in codes:
+        if c == LEAF:
+            s = "*"
+        else:
+            d = data[di]
+            di += 1
+            if c >> SHIFT == 0:
+                s = _node_str(c, d, [])
+            else:
+                st_code.append(c)
+                st_data.append(d)
+                st_parts.append([])
+                continue
+        while st_parts:
+            parts = st_parts[-1]
+            parts.append(s)
+            top = st_code[-1]
+            if len(parts) < top >> SHIFT:
+                break
+            st_parts.pop()
+            st_code.pop()
+            s = _node_str(top, st_data.pop(), parts)
+        if not st_parts:
+            return s
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
+# Pickling: the state is plain data; loading validates all of it.
+
+
+def _encode(d: Any) -> Any:
+    if isinstance(d, DictData):
+        return ("dict", d.keys, d.order, d.factory)
+    if isinstance(d, CustomData):
+        return ("custom", d.info.nodetype, d.aux)
+    return d
+
+
+def _bad(msg: str) -> ValueError:
+    return ValueError(f"invalid PyTreeDef pickle state: {msg}")
+
+
+def _decode(kind: int, arity: int, d: Any) -> Any:
+    if kind == NONE or kind == TUPLE or kind == LIST:
+        if d is not None:
+            raise _bad(f"a {('None', 'tuple', 'list')[kind - 1]} node has node data {short_repr(d)}")
+        if kind == NONE and arity != 0:
+            raise _bad("a None node has children")
+        return None
+    if kind == DICT or kind == ORDEREDDICT or kind == DEFAULTDICT:
+        if not (isinstance(d, tuple) and len(d) == 4 and d[0] == "dict" and isinstance(d[1], tuple)):
+            raise _bad(f"dict node data must be ('dict', keys, order, factory), got {short_repr(d)}")
+        keys, order, factory = d[1], d[2], d[3]
+        if len(keys) != arity:
+            raise _bad(f"a dict node has {arity} children but {len(keys)} keys")
+        try:
+            key_set = set(keys)
+        except TypeError:
+            raise _bad("dict keys are not hashable") from None
+        if len(key_set) != len(keys):
+            raise _bad("dict keys are not unique")
+        if order is not None:
+            if kind == ORDEREDDICT or not isinstance(order, tuple) or set(order) != key_set or len(order) != len(keys):
+                raise _bad("dict insertion order does not match its keys")
+        if factory is not None and (kind != DEFAULTDICT or not callable(factory)):
+            raise _bad("only a defaultdict node has a (callable) default_factory")
+        return DictData(keys, order, factory)
+    if kind == NAMEDTUPLE or kind == STRUCTSEQ:
+        ok = isinstance(d, type) and (_is_namedtuple_type(d) if kind == NAMEDTUPLE else _is_structseq_type(d))
+        if not ok:
+            raise _bad(f"namedtuple/struct sequence node data must be such a class, got {short_repr(d)}")
+        if kind == NAMEDTUPLE and len(d._fields) != arity:
+            raise _bad(f"namedtuple {d.__name__} has {len(d._fields)} fields but the node has {arity} children")
+        return d
+    if kind == DEQUE:
+        if d is not None and (type(d) is not int or d < arity):
+            raise _bad(f"deque maxlen must be None or an int >= its length, got {short_repr(d)}")
+        return d
+    # CUSTOM
+    if not (isinstance(d, tuple) and len(d) == 3 and d[0] == "custom" and isinstance(d[1], type)):
+        raise _bad(f"custom node data must be ('custom', class, aux_data), got {short_repr(d)}")
+    info = lookup(d[1])
+    if info.kind != CUSTOM:
+        raise _bad(f"{d[1].__name__} is not registered as a pytree node (register it before unpickling)")
+    return CustomData(info, d[2])
+
+
+def _treedef_from_state(state: Any) -> PyTreeDef:
+    """Rebuild a pickled PyTreeDef, validating every part of the state."""
+    if not (isinstance(state, tuple) and len(state) == 4):
+        raise _bad("expected a 4-tuple (version, codes, data, none_is_leaf)")
+    version, codes_in, data_in, none_is_leaf = state
+    if version != _STATE_VERSION:
+        raise _bad(f"unknown version {short_repr(version)}")
+    if not isinstance(codes_in, tuple) or not isinstance(data_in, tuple) or type(none_is_leaf) is not bool:
+        raise _bad("codes and data must be tuples and none_is_leaf a bool")
+    if not codes_in:
+        raise _bad("no nodes")
+    codes: list[int] = []
+    data: list[Any] = []
+    need = 1
+    leaves = 0
+    di = 0
+    for i, c in enumerate(codes_in):
+        if type(c) is not int or c < 0:
+            raise _bad(f"node {i} has code {short_repr(c)}, not a non-negative int")
+        if need <= 0:
+            raise _bad(f"nodes after the end of the tree (node {i})")
+        kind = c & MASK
+        arity = c >> SHIFT
+        if kind >= NUM_KINDS or (kind == LEAF and c != LEAF):
+            raise _bad(f"node {i} has an invalid code {c}")
+        need += arity - 1
+        codes.append(c)
+        if kind == LEAF:
+            leaves += 1
+            continue
+        if kind == NONE and none_is_leaf:
+            raise _bad("a None node in a structure made with none_is_leaf=True")
+        if di >= len(data_in):
+            raise _bad("fewer node data entries than nodes")
+        data.append(_decode(kind, arity, data_in[di]))
+        di += 1
+    if need != 0:
+        raise _bad("the node table is truncated")
+    if di != len(data_in):
+        raise _bad("more node data entries than nodes")
+    return PyTreeDef(codes, data, leaves, none_is_leaf)
+
+
+# ---------------------------------------------------------------------------------------------
+# Module-level helpers of jax.tree_util.
+
+
+def treedef_tuple(treedefs: Iterable[PyTreeDef]) -> PyTreeDef:
+    """The structure of a tuple whose children have the given structures (jax.tree_util).
+
+    Raises:
+      TypeError: an element is not a PyTreeDef.
+      ValueError: the structures disagree on ``none_is_leaf``.
+    """
+    tds = list(treedefs)
+    codes: list[int] = [(len(tds) << SHIFT) | TUPLE]
+    data: list[Any] = [None]
+    leaves = 0
+    nil: bool | None = None
+    for td in tds:
+        if not isinstance(td, PyTreeDef):
+            raise TypeError(f"treedef_tuple: expected PyTreeDefs, got {type(td).__name__}")
+        if nil is not None and td._none_is_leaf != nil:
+            raise ValueError("treedef_tuple: the PyTreeDefs disagree on none_is_leaf")
+        nil = td._none_is_leaf
+        codes.extend(td._codes)
+        data.extend(td._data)
+        leaves += td._num_leaves
+    return PyTreeDef(codes, data, leaves, bool(nil))
+
+
+def treedef_children(treedef: PyTreeDef) -> list[PyTreeDef]:
+    """``treedef.children()`` (jax.tree_util)."""
+    return treedef.children()
+
+
+def treedef_is_leaf(treedef: PyTreeDef) -> bool:
+    """True if the structure has a single node (a leaf, or an empty container), as jax.tree_util."""
+    return treedef.num_nodes == 1
+
+
+def describe_root(td: PyTreeDef) -> str:
+    """Description of the root node of ``td`` for error messages."""
+    c = td._codes[0]
+    return describe(c, td._data[0] if c != LEAF else None, None)

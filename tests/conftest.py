@@ -1,0 +1,38 @@
+"""Test configuration: stricter than production (STYLE.md, "Tests stricter than production").
+
+- every warning is an error (the few ignores below are for third-party imports, each with its
+  reason);
+- hypothesis runs a bounded, deterministic profile and writes no example database into the repo.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import hypothesis
+
+# ``import helpers`` from every test module, however pytest was started.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+hypothesis.settings.register_profile(
+    "spruce",
+    max_examples=100,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[hypothesis.HealthCheck.too_slow],
+)
+hypothesis.settings.load_profile("spruce")
+
+
+def pytest_configure(config):  # type: ignore[no-untyped-def]
+    config.addinivalue_line("filterwarnings", "error")
+    # jax (an oracle for the differential and seed tests) may warn at import about optional
+    # accelerator plugins that this CPU-only machine does not have.
+    config.addinivalue_line("filterwarnings", "ignore:.*GPU/TPU.*:UserWarning")
+    config.addinivalue_line("filterwarnings", "ignore::DeprecationWarning:jax.*")
+    config.addinivalue_line("filterwarnings", "ignore::DeprecationWarning:jaxlib.*")
+    config.addinivalue_line(
+        "markers", "subprocess: runs a snippet in a fresh interpreter (crash-proof; slower)"
+    )
