@@ -482,21 +482,18 @@ def assert_tree_equal(actual: Any, expected: Any, where: str = "tree") -> None:
         assert len(actual) == len(expected), f"{where}: len {len(actual)} != {len(expected)}"
         for i, (a, e) in enumerate(zip(actual, expected)):
             assert_tree_equal(a, e, f"{where}[{i}]")
-    elif isinstance(expected, Params):
-        assert actual.name == expected.name, f"{where}: static field"
-        assert_tree_equal(actual.w, expected.w, f"{where}.w")
-        assert_tree_equal(actual.b, expected.b, f"{where}.b")
-    elif isinstance(expected, Box):
-        assert actual.tag == expected.tag, f"{where}: tag"
-        assert_tree_equal(actual.a, expected.a, f"{where}.a")
-        assert_tree_equal(actual.b, expected.b, f"{where}.b")
-    elif isinstance(expected, KeyedBox):
-        assert_tree_equal(actual.left, expected.left, f"{where}.left")
-        assert_tree_equal(actual.right, expected.right, f"{where}.right")
     elif isinstance(expected, functools.partial):
         assert actual.func is expected.func, f"{where}: func"
         assert_tree_equal(actual.args, expected.args, f"{where}.args")
         assert_tree_equal(dict(actual.keywords), dict(expected.keywords), f"{where}.keywords")
+    elif dataclasses.is_dataclass(expected):
+        for f in dataclasses.fields(expected):
+            assert hasattr(actual, f.name), f"{where}: field {f.name} missing"
+            assert_tree_equal(getattr(actual, f.name), getattr(expected, f.name), f"{where}.{f.name}")
+    elif isinstance(expected, (Box, KeyedBox)) or type(expected) in HAND_FLATTEN:
+        assert sorted(vars(actual)) == sorted(vars(expected)), f"{where}: attributes"
+        for name, value in vars(expected).items():
+            assert_tree_equal(getattr(actual, name), value, f"{where}.{name}")
     else:
         assert same_leaf(actual, expected), f"{where}: {actual!r} != {expected!r}"
 

@@ -1,0 +1,50 @@
+# spruce — the two commands of the README, and their helpers.
+#   make demo   the main job
+#   make test   the whole test suite, against the compiled build and the uncompiled source
+# Each target makes its own virtual environment (.venv) and installs what it needs into it.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+
+.PHONY: demo test test-compiled test-pure typecheck bench bench-quick build-compiled clean
+
+$(VENV)/.created:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+	touch $@
+
+# Build tools and test dependencies; reinstalled when pyproject.toml changes.
+$(VENV)/.deps: pyproject.toml $(VENV)/.created
+	$(PIP) install "setuptools>=69" wheel "mypy==2.4.1"
+	SPRUCE_PURE=1 $(PIP) install --no-build-isolation ".[test]"
+	touch $@
+
+# The compiled build: mypyc compiles src/spruce/_tree into C extensions, installed into the venv.
+build-compiled: $(VENV)/.deps
+	$(PIP) install --no-build-isolation --no-deps --force-reinstall .
+
+demo: build-compiled
+	$(PY) examples/seed_pytrees.py
+
+typecheck: $(VENV)/.deps
+	$(PY) -m mypy --strict src/spruce
+
+test-compiled: build-compiled
+	SPRUCE_EXPECT_COMPILED=1 $(PY) -m pytest -q tests
+
+test-pure: $(VENV)/.deps
+	SPRUCE_EXPECT_COMPILED=0 PYTHONPATH=src $(PY) -m pytest -q --doctest-modules src/spruce tests
+
+test: typecheck test-compiled test-pure
+
+bench: build-compiled
+	$(PY) -m pip --disable-pip-version-check -q install -r benchmarks/requirements.txt
+	$(PY) benchmarks/run.py
+
+bench-quick: build-compiled
+	$(PY) benchmarks/run.py --quick
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info

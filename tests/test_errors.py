@@ -1,0 +1,320 @@
+"""Errors: each asserts the exception type and what the message must tell (where and what)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import OrderedDict, namedtuple
+from typing import Any
+
+import pytest
+
+import spruce.tree as st
+from helpers import Point
+
+# ------------------------------------------------------------ structure mismatch messages
+
+
+def _mismatch(fn: Any, *args: Any) -> str:
+    with pytest.raises(ValueError) as info:
+        fn(*args)
+    return str(info.value)
+
+
+def _map2(a: Any, b: Any) -> Any:
+    return st.map(lambda x, y: x, a, b)
+
+
+def _flatten_up_to(a: Any, b: Any) -> Any:
+    return st.structure(a).flatten_up_to(b)
+
+
+def _broadcast(a: Any, b: Any) -> Any:
+    return st.broadcast(a, b)
+
+
+def _transpose(a: Any, b: Any) -> Any:
+    # a and b: outer trees with (0, 0) pairs at the leaves; a gives the outer structure
+    outer = st.structure(a)
+    return st.transpose(outer, st.structure((0, 0)), st.map(lambda x: (x, x), b))
+
+
+MISMATCHERS = [
+    pytest.param(_map2, id="map"),
+    pytest.param(_flatten_up_to, id="flatten_up_to"),
+    pytest.param(_broadcast, id="broadcast"),
+    pytest.param(_transpose, id="transpose"),
+]
+
+
+@pytest.mark.parametrize("fn", MISMATCHERS)
+def test_type_mismatch_names_path_and_both_types(fn: Any) -> None:
+    msg = _mismatch(fn, {"a": 1, "b": [1, (2, 3)]}, {"a": 1, "b": [1, [2, 3]]})
+    assert "['b'][1]" in msg
+    assert "tuple" in msg and "list" in msg
+
+
+@pytest.mark.parametrize("fn", MISMATCHERS)
+def test_length_mismatch_names_path_and_both_lengths(fn: Any) -> None:
+    msg = _mismatch(fn, {"a": 1, "b": [1, [2, 3]]}, {"a": 1, "b": [1, [2, 3, 4]]})
+    assert "['b'][1]" in msg
+    assert re.search(r"\b2\b", msg) and re.search(r"\b3\b", msg), msg
+
+
+@pytest.mark.parametrize("fn", MISMATCHERS)
+def test_dict_key_mismatch_names_missing_and_extra_keys(fn: Any) -> None:
+    msg = _mismatch(
+        fn, {"x": {"a": 1, "b": 2, "c": 3}}, {"x": {"a": 1, "c": 3, "zz_extra": 4}}
+    )
+    assert "['x']" in msg
+    assert "'b'" in msg  # missing
+    assert "'zz_extra'" in msg  # extra
+
+
+@pytest.mark.parametrize("fn", MISMATCHERS)
+def test_node_versus_leaf_mismatch(fn: Any) -> None:
+    msg = _mismatch(fn, [0, {"k": [0, 0]}], [0, {"k": 7}])
+    assert "[1]['k']" in msg
+    assert "list" in msg
+
+
+@pytest.mark.parametrize("fn", MISMATCHERS)
+def test_none_versus_leaf_mismatch(fn: Any) -> None:
+    msg = _mismatch(fn, [0, None], [0, 5])
+    assert "[1]" in msg
+    assert "None" in msg
+
+
+@pytest.mark.parametrize("fn", MISMATCHERS)
+def test_namedtuple_versus_tuple_mismatch(fn: Any) -> None:
+    msg = _mismatch(fn, {"p": Point(0, 0)}, {"p": (0, 0)})
+    assert "['p']" in msg
+    assert "Point" in msg and "tuple" in msg
+
+
+@pytest.mark.parametrize("fn", MISMATCHERS)
+def test_ordereddict_order_mismatch(fn: Any) -> None:
+    msg = _mismatch(fn, [OrderedDict(a=0, b=0)], [OrderedDict(b=0, a=0)])
+    assert "[0]" in msg
+    assert "OrderedDict" in msg
+
+
+def _assert_distinguishes(msg: str, a: type, b: type) -> None:
+    qa, qb = f"{a.__module__}.{a.__qualname__}", f"{b.__module__}.{b.__qualname__}"
+    by_qualname = qa != qb and qa in msg and qb in msg
+    assert by_qualname or "distinct classes" in msg, msg
+
+
+def _make_point_class() -> type:
+    return namedtuple("Point", ["x", "y"])
+
+
+@pytest.mark.parametrize("fn", MISMATCHERS)
+def test_same_named_classes_from_different_places_are_distinguished(fn: Any) -> None:
+    LocalPoint = namedtuple("Point", ["x", "y"])
+    msg = _mismatch(fn, [Point(0, 0)], [LocalPoint(0, 0)])
+    assert "[0]" in msg
+    _assert_distinguishes(msg, Point, LocalPoint)
+
+
+@pytest.mark.parametrize("fn", MISMATCHERS)
+def test_same_named_classes_with_same_qualname_are_distinguished(fn: Any) -> None:
+    A, B = _make_point_class(), _make_point_class()
+    assert A.__qualname__ == B.__qualname__ and A.__module__ == B.__module__
+    msg = _mismatch(fn, {"k": A(0, 0)}, {"k": B(0, 0)})
+    assert "['k']" in msg
+    _assert_distinguishes(msg, A, B)
+
+
+def test_same_named_dataclasses_are_distinguished() -> None:
+    def make() -> type:
+        @dataclasses.dataclass
+        class Cfg:
+            v: Any
+
+        st.register_dataclass(Cfg)
+        return Cfg
+
+    A, B = make(), make()
+    msg = _mismatch(_map2, [A(1)], [B(1)])
+    assert "[0]" in msg
+    _assert_distinguishes(msg, A, B)
+
+
+def test_map_error_names_which_tree() -> None:
+    msg = _mismatch(lambda: st.map(lambda *xs: 0, [1, 2], [1, 2], [1, 2, 3]))
+    assert re.search(r"\b2\b", msg) and re.search(r"\b3\b", msg)
+
+
+# ------------------------------------------------------------------------- bounded size
+
+
+def test_huge_dict_key_mismatch_message_is_bounded() -> None:
+    a = {f"key{i:05d}": i for i in range(10_000)}
+    b = {f"other{i:05d}": i for i in range(10_000)}
+    for fn in (_map2, _flatten_up_to, _broadcast):
+        msg = _mismatch(fn, a, b)
+        assert len(msg) < 2000, (fn.__name__, len(msg))
+        assert "'key0" in msg and "'other0" in msg  # some missing and some extra keys named
+
+
+def test_huge_dict_one_key_differs_message_is_bounded_and_precise() -> None:
+    a = {f"key{i:05d}": i for i in range(10_000)}
+    b = dict(a)
+    del b["key05000"]
+    b["zzz_new"] = 0
+    msg = _mismatch(_map2, a, b)
+    assert len(msg) < 2000
+    assert "'key05000'" in msg and "'zzz_new'" in msg
+
+
+def test_huge_list_length_mismatch_message_is_bounded() -> None:
+    msg = _mismatch(_map2, [list(range(10_000))], [list(range(10_001))])
+    assert len(msg) < 2000
+    assert "10000" in msg.replace(",", "").replace("_", "")
+    assert "10001" in msg.replace(",", "").replace("_", "")
+    assert "[0]" in msg
+
+
+def test_deep_mismatch_message_is_bounded() -> None:
+    # the mismatch sits 2,000 levels down: its full key path alone is 10,000 characters
+    a: Any = [0]
+    b: Any = (0,)
+    for _ in range(2000):
+        a, b = {"k": a}, {"k": b}
+    msg = _mismatch(_map2, a, b)
+    assert len(msg) < 2000, len(msg)
+    assert "['k']" in msg
+    assert "list" in msg and "tuple" in msg
+
+
+def test_wide_and_deep_mismatch_reports_the_first_mismatch() -> None:
+    a = {"a": [0] * 5000, "b": {"c": [0, 0]}}
+    b = {"a": [0] * 5000, "b": {"c": [0, 0, 0]}}
+    msg = _mismatch(_map2, a, b)
+    assert "['b']['c']" in msg
+    assert len(msg) < 2000
+
+
+# --------------------------------------------------------------------------- transpose
+
+
+def test_transpose_checks_the_whole_structure_not_only_leaf_count() -> None:
+    outer = st.structure([0, 0])
+    inner = st.structure((0, 0))
+    with pytest.raises(ValueError) as info:
+        st.transpose(outer, inner, [(1, 2), [3, 4]])
+    msg = str(info.value)
+    assert "[1]" in msg
+    assert "tuple" in msg and "list" in msg
+
+
+def test_transpose_rejects_wrong_outer() -> None:
+    outer = st.structure({"a": 0, "b": 0})
+    inner = st.structure([0, 0])
+    with pytest.raises(ValueError) as info:
+        st.transpose(outer, inner, {"a": [1, 2], "c": [3, 4]})
+    assert "'b'" in str(info.value) and "'c'" in str(info.value)
+
+
+def test_transpose_rejects_inner_with_same_leaf_count_but_other_shape() -> None:
+    outer = st.structure([0, 0])
+    inner = st.structure({"x": 0, "y": 0})
+    with pytest.raises(ValueError) as info:
+        st.transpose(outer, inner, [{"x": 1, "y": 2}, {"x": 3, "z": 4}])
+    msg = str(info.value)
+    assert "[1]" in msg and "'y'" in msg and "'z'" in msg
+
+
+# --------------------------------------------------------------------------- unflatten
+
+
+def test_unflatten_too_few_leaves_names_both_counts() -> None:
+    treedef = st.structure([0, (0, 0), {"a": 0, "b": [0, 0, 0]}])  # 7 leaves
+    assert treedef.num_leaves == 7
+    with pytest.raises(ValueError) as info:
+        st.unflatten(treedef, [1, 2, 3, 4, 5])
+    msg = str(info.value)
+    assert re.search(r"\b7\b", msg) and re.search(r"\b5\b", msg), msg
+
+
+def test_unflatten_too_many_leaves_names_both_counts() -> None:
+    treedef = st.structure([0, (0, 0), {"a": 0, "b": [0, 0, 0]}])
+    with pytest.raises(ValueError) as info:
+        st.unflatten(treedef, range(9))
+    msg = str(info.value)
+    assert re.search(r"\b7\b", msg) and re.search(r"\b9\b", msg), msg
+
+
+def test_unflatten_too_many_leaves_from_a_generator() -> None:
+    treedef = st.structure([0, 0])
+    with pytest.raises(ValueError) as info:
+        treedef.unflatten(iter([1, 2, 3]))
+    assert re.search(r"\b2\b", str(info.value))
+
+
+# ------------------------------------------------------------------- bad custom flatten
+
+
+class NotAPair:
+    pass
+
+
+class ChildrenNotIterable:
+    pass
+
+
+class ThreeTuple:
+    pass
+
+
+class UnflattenGetsWrongCount:
+    def __init__(self, a: Any) -> None:
+        self.a = a
+
+
+st.register_pytree_node(NotAPair, lambda x: [1, 2, 3], lambda aux, ch: NotAPair())
+st.register_pytree_node(ChildrenNotIterable, lambda x: (5, None), lambda aux, ch: None)
+st.register_pytree_node(ThreeTuple, lambda x: ((1,), None, "extra"), lambda aux, ch: None)
+
+
+@pytest.mark.parametrize("cls", [NotAPair, ChildrenNotIterable, ThreeTuple])
+def test_custom_flatten_with_wrong_shape_names_the_type(cls: type) -> None:
+    with pytest.raises((TypeError, ValueError)) as info:
+        st.flatten([cls()])
+    assert cls.__name__ in str(info.value)
+
+
+def test_custom_flatten_raising_propagates() -> None:
+    class Boom:
+        pass
+
+    def bad_flatten(x: Any) -> Any:
+        raise KeyError("from user flatten")
+
+    st.register_pytree_node(Boom, bad_flatten, lambda aux, ch: Boom())
+    with pytest.raises(KeyError, match="from user flatten"):
+        st.flatten({"a": Boom()})
+
+
+# ---------------------------------------------------------------------- other bad input
+
+
+def test_reduce_of_empty_tree_without_initializer() -> None:
+    with pytest.raises(TypeError):
+        st.reduce(lambda a, b: a + b, [None, ()])
+
+
+def test_reduce_associative_of_empty_tree_without_identity() -> None:
+    with pytest.raises((TypeError, ValueError)):
+        st.reduce_associative(lambda a, b: a + b, {})
+
+
+def test_none_is_leaf_is_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        st.flatten([None], None, True)  # type: ignore[misc]
+
+
+def test_transpose_requires_pytreedefs() -> None:
+    with pytest.raises((TypeError, ValueError)):
+        st.transpose([0, 0], None, [(1, 2), (3, 4)])  # type: ignore[arg-type]

@@ -1,0 +1,116 @@
+"""Key-path entries and keystr."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from collections import OrderedDict, defaultdict, namedtuple
+
+import pytest
+
+import spruce.tree as st
+import spruce.tree_util as tu
+from helpers import Box, KeyedBox, Params
+
+ENTRIES = [
+    # (entry, str, repr, simple str, field name, field value)
+    (st.DictKey("a"), "['a']", "DictKey(key='a')", "a", "key", "a"),
+    (st.DictKey(1), "[1]", "DictKey(key=1)", "1", "key", 1),
+    (st.DictKey((1, "b")), "[(1, 'b')]", "DictKey(key=(1, 'b'))", "(1, 'b')", "key", (1, "b")),
+    (st.SequenceKey(0), "[0]", "SequenceKey(idx=0)", "0", "idx", 0),
+    (st.SequenceKey(12), "[12]", "SequenceKey(idx=12)", "12", "idx", 12),
+    (st.GetAttrKey("name"), ".name", "GetAttrKey(name='name')", "name", "name", "name"),
+    # The spruce spec prints FlattenedIndexKey like a sequence index: "[0]".
+    (st.FlattenedIndexKey(0), "[0]", "FlattenedIndexKey(key=0)", "0", "key", 0),
+    (st.FlattenedIndexKey(3), "[3]", "FlattenedIndexKey(key=3)", "3", "key", 3),
+]
+ENTRY_IDS = [r for _, _, r, _, _, _ in ENTRIES]
+
+
+@pytest.mark.parametrize("entry,text,rep,simple,field,value", ENTRIES, ids=ENTRY_IDS)
+def test_entry_str_repr_field(entry, text, rep, simple, field, value) -> None:  # type: ignore[no-untyped-def]
+    assert str(entry) == text
+    assert repr(entry) == rep
+    assert getattr(entry, field) == value
+    assert st.keystr((entry,)) == text
+    assert st.keystr((entry,), simple=True) == simple
+
+
+@pytest.mark.parametrize("entry", [e for e, *_ in ENTRIES], ids=ENTRY_IDS)
+def test_entry_equal_hashable_copyable(entry) -> None:  # type: ignore[no-untyped-def]
+    twin = type(entry)(getattr(entry, {"DictKey": "key", "SequenceKey": "idx",
+                                       "GetAttrKey": "name", "FlattenedIndexKey": "key"}[
+        type(entry).__name__]))  # fmt: skip
+    assert entry == twin and not (entry != twin)
+    assert hash(entry) == hash(twin)
+    assert {entry: "v"}[twin] == "v"
+    assert pickle.loads(pickle.dumps(entry)) == entry
+    assert copy.deepcopy(entry) == entry
+
+
+def test_entries_of_different_kinds_differ() -> None:
+    assert st.DictKey(0) != st.SequenceKey(0)
+    assert st.SequenceKey(0) != st.FlattenedIndexKey(0)
+    assert st.DictKey("a") != st.GetAttrKey("a")
+    assert st.DictKey("a") != "a"
+    assert st.SequenceKey(0) != 0
+    assert len({st.DictKey(0), st.SequenceKey(0), st.FlattenedIndexKey(0)}) == 3
+    assert st.DictKey("a") != st.DictKey("b")
+    assert st.SequenceKey(1) != st.SequenceKey(2)
+
+
+def test_keystr_forms() -> None:
+    path = (st.DictKey("a"), st.SequenceKey(0), st.GetAttrKey("x"), st.FlattenedIndexKey(2))
+    assert st.keystr(path) == "['a'][0].x[2]"
+    assert st.keystr(path, simple=True) == "a0x2"
+    assert st.keystr(path, simple=True, separator="/") == "a/0/x/2"
+    assert st.keystr(path, separator="/") == "['a']/[0]/.x/[2]"
+    assert st.keystr(()) == ""
+    assert st.keystr((), simple=True, separator="/") == ""
+    with pytest.raises(TypeError):
+        st.keystr(path, True)  # type: ignore[misc]  # simple is keyword-only
+
+
+def test_keystr_is_shared_by_tree_util() -> None:
+    assert tu.keystr is st.keystr
+    assert tu.DictKey is st.DictKey
+    assert tu.SequenceKey is st.SequenceKey
+    assert tu.GetAttrKey is st.GetAttrKey
+    assert tu.FlattenedIndexKey is st.FlattenedIndexKey
+
+
+P = namedtuple("P", ["alpha", "beta"])
+
+
+@pytest.mark.parametrize(
+    "tree,expected",
+    [
+        pytest.param([10, (20,)], [(st.SequenceKey(0),), (st.SequenceKey(1), st.SequenceKey(0))], id="list-tuple"),
+        pytest.param({"b": 1, "a": 2}, [(st.DictKey("a"),), (st.DictKey("b"),)], id="dict"),
+        pytest.param(OrderedDict(b=1, a=2), [(st.DictKey("b"),), (st.DictKey("a"),)], id="ordereddict"),
+        pytest.param(defaultdict(int, b=1, a=2), [(st.DictKey("a"),), (st.DictKey("b"),)], id="defaultdict"),
+        pytest.param(P(1, [2]), [(st.GetAttrKey("alpha"),), (st.GetAttrKey("beta"), st.SequenceKey(0))], id="namedtuple"),
+        pytest.param(Params(w=1, b=2), [(st.GetAttrKey("w"),), (st.GetAttrKey("b"),)], id="dataclass"),
+        pytest.param(Box(1, 2, "t"), [(st.FlattenedIndexKey(0),), (st.FlattenedIndexKey(1),)], id="custom-no-keys"),
+        pytest.param(KeyedBox(1, 2), [(st.GetAttrKey("left"),), (st.GetAttrKey("right"),)], id="custom-with-keys"),
+        pytest.param(st.Partial(max, 1, k=2), [(st.FlattenedIndexKey(0), st.SequenceKey(0)), (st.FlattenedIndexKey(1), st.DictKey("k"))], id="partial"),
+        pytest.param(5, [()], id="leaf"),
+        pytest.param({"a": None}, [], id="none-hole"),
+    ],
+)  # fmt: skip
+def test_key_kinds_per_node_type(tree, expected) -> None:  # type: ignore[no-untyped-def]
+    paths = [p for p, _ in st.leaves_with_path(tree)]
+    assert paths == expected
+    assert [type(e) for p in paths for e in p] == [type(e) for p in expected for e in p]
+
+
+def test_none_is_leaf_paths() -> None:
+    assert [p for p, _ in st.leaves_with_path({"a": None, "b": [None]}, none_is_leaf=True)] == [
+        (st.DictKey("a"),),
+        (st.DictKey("b"), st.SequenceKey(0)),
+    ]
+
+
+def test_mixed_key_types_paths_use_dictkey() -> None:
+    paths = {p for p, _ in st.leaves_with_path({1: "x", "a": "y", None: "z"})}
+    assert paths == {(st.DictKey(1),), (st.DictKey("a"),), (st.DictKey(None),)}
