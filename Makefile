@@ -17,7 +17,7 @@ $(VENV)/.created:
 
 # Build tools and test dependencies; reinstalled when pyproject.toml changes.
 $(VENV)/.deps: pyproject.toml $(VENV)/.created
-	$(PIP) install "setuptools>=69" wheel "mypy==2.4.1"
+	$(PIP) install "setuptools>=77" wheel "mypy==2.4.1"
 	SPRUCE_PURE=1 $(PIP) install --no-build-isolation ".[test]"
 	touch $@
 

@@ -72,8 +72,17 @@ def path_of(nodes: list[Any], positions: list[int], none_is_leaf: bool) -> tuple
     return tuple(path)
 
 
+MAX_PATH_TEXT: Final = 240
+
+
 def path_text(path: tuple[Any, ...]) -> str:
-    return keystr(path) if path else "<root>"
+    """``keystr`` of a path, shortened in the middle when long (deep trees)."""
+    if not path:
+        return "<root>"
+    s = keystr(path)
+    if len(s) <= MAX_PATH_TEXT:
+        return s
+    return f"{s[:80]}...({len(path)} keys in all)...{s[-140:]}"
 
 
 def _type_name(t: Any) -> str:

@@ -112,10 +112,10 @@ class NodeInfo:
         if mode == MODE_KEYS:
             keyed, aux = _call_flatten(self, self.flatten_with_keys, x, "flatten_with_keys")
             return [_keyed_child(self, kc)[1] for kc in keyed], aux
-        children, aux = _call_flatten(self, self.flatten, x, "flatten")
-        if type(children) is not list:
-            children = list(children)
-        return children, aux
+        raw, aux = _call_flatten(self, self.flatten, x, "flatten")
+        if type(raw) is list:
+            return raw, aux
+        return list(raw), aux
 
     def flatten_node_with_keys(self, x: Any) -> tuple[list[Any], list[Any], Any]:
         """``(children, keys, aux_data)`` of a CUSTOM node."""
@@ -241,31 +241,31 @@ class CustomData:
     """Node data of a registered class: its NodeInfo and the aux data its flatten returned.
 
     The aux data is hashed once when the node is flattened.  If that fails (an array or a list
-    in a static field), ``aux_repr`` keeps a snapshot of its repr, so the PyTreeDef prints the
+    in a static field), ``aux_str`` keeps a snapshot of its ``str``, so the PyTreeDef prints the
     same forever, and comparing or hashing raises a clear error instead.
     """
 
     info: NodeInfo
     aux: Any
     aux_hash: int
-    aux_repr: str | None
+    aux_str: str | None
 
     def __init__(self, info: NodeInfo, aux: Any) -> None:
         self.info = info
         self.aux = aux
         try:
             self.aux_hash = hash(aux)
-            self.aux_repr = None
+            self.aux_str = None
         except Exception:
             self.aux_hash = -1
-            self.aux_repr = repr(aux)
+            self.aux_str = str(aux)
 
     def _check(self) -> None:
-        if self.aux_repr is not None:
+        if self.aux_str is not None:
             raise TypeError(
                 MSG_UNHASHABLE
                 + f"the node data of {qualified_name(self.info.nodetype)} is "
-                + f"{_truncate(self.aux_repr, 200)} (type {type(self.aux).__name__}), which is "
+                + f"{_truncate(self.aux_str, 200)} (type {type(self.aux).__name__}), which is "
                 + "not hashable. Mark array-valued fields as children (not static), or convert "
                 + "lists to tuples."
             )
@@ -294,7 +294,8 @@ class CustomData:
         return hash((self.info.nodetype, self.aux_hash))
 
     def aux_text(self) -> str:
-        return self.aux_repr if self.aux_repr is not None else repr(self.aux)
+        """The aux data as PyTreeDef repr shows it: its ``str``, as jax.tree_util."""
+        return self.aux_str if self.aux_str is not None else str(self.aux)
 
 
 def _truncate(s: str, n: int) -> str:
@@ -645,15 +646,16 @@ EMPTY: Final[list[Any]] = []
 
 
 def dict_data(d: Any, factory: Any) -> tuple[DictData, list[Any]]:
-    keys = sorted_keys(d)
+    """Node data and children (in sorted key order) of a dict or defaultdict."""
+    inserted: list[Any] = list(d)
+    try:
+        keys = sorted(inserted)
+    except TypeError:
+        keys = sorted_keys(inserted)
     children = [d[k] for k in keys]
     order: tuple[Any, ...] | None = None
-    i = 0
-    for k in d:
-        if k is not keys[i] and k != keys[i]:
-            order = tuple(d)
-            break
-        i += 1
+    if keys != inserted:
+        order = tuple(inserted)
     return DictData(tuple(keys), order, factory), children
 
 

@@ -202,25 +202,30 @@ def flatten_with_path(
     seq = ch
     pos = 0
     n = len(ch)
-    path: tuple[Any, ...] = ()
+    # Keys of the nodes entered below the root; a leaf's path is built from it only at the
+    # leaf, so deep trees cost O(depth) per leaf, never O(depth) per node kept alive.
+    kstack: list[Any] = []
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
     st_node: list[Any] = [tree]
     st_keys: list[list[Any]] = []
-    st_path: list[tuple[Any, ...]] = []
     guard: DeepGuard | None = None
     while True:
         if pos < n:
             x = seq[pos]
-            p = path + (keys[pos],)
+            k = keys[pos]
             pos += 1
             if is_leaf is not None and is_leaf(x):
-                out.append((p, x))
+                kstack.append(k)
+                out.append((tuple(kstack), x))
+                kstack.pop()
                 codes.append(LEAF)
                 continue
             code, d, ch, ckeys = expand_with_keys(x, none_is_leaf)
             if code == LEAF:
-                out.append((p, x))
+                kstack.append(k)
+                out.append((tuple(kstack), x))
+                kstack.pop()
                 codes.append(LEAF)
                 continue
             codes.append(code)
@@ -231,21 +236,20 @@ def flatten_with_path(
             st_pos.append(pos)
             st_node.append(x)
             st_keys.append(keys)
-            st_path.append(path)
+            kstack.append(k)
             if len(st_node) >= DEEP:
                 if guard is None:
                     guard = DeepGuard(st_node)
                 guard.enter(st_node, [0] + st_pos, none_is_leaf)
             seq = ch
             keys = ckeys
-            path = p
             pos = 0
             n = len(ch)
         elif st_seq:
             seq = st_seq.pop()
             pos = st_pos.pop()
             keys = st_keys.pop()
-            path = st_path.pop()
+            kstack.pop()
             node = st_node.pop()
             n = len(seq)
             if guard is not None:
@@ -356,14 +360,13 @@ def _mapn(
     seq: list[Any] = [tree]
     rseqs: list[list[Any]] = [[r] for r in rest]
     keys: list[Any] = [None]
-    path: tuple[Any, ...] = ()
+    kstack: list[Any] = []  # keys of the nodes entered below the root (see flatten_with_path)
     pos = 0
     n = 1
     outs: list[Any] = []
     st_seq: list[list[Any]] = []
     st_rseqs: list[list[list[Any]]] = []
     st_keys: list[list[Any]] = []
-    st_path: list[tuple[Any, ...]] = []
     st_pos: list[int] = []
     st_node: list[Any] = []
     st_outs: list[list[Any]] = []
@@ -374,12 +377,10 @@ def _mapn(
         if pos < n:
             x = seq[pos]
             ys = [r[pos] for r in rseqs]
-            p = path
-            if with_path and st_seq:
-                p = path + (keys[pos],)
+            k: Any = keys[pos] if with_path else None
             pos += 1
             if is_leaf is not None and is_leaf(x):
-                outs.append(f(p, x, *ys) if with_path else f(x, *ys))
+                outs.append(_call_leaf(f, with_path, kstack, k, bool(st_seq), x, ys))
                 continue
             ckeys: list[Any] = keys
             if with_path:
@@ -387,11 +388,11 @@ def _mapn(
             else:
                 code, d, ch = expand(x, none_is_leaf)
             if code == LEAF:
-                outs.append(f(p, x, *ys) if with_path else f(x, *ys))
+                outs.append(_call_leaf(f, with_path, kstack, k, bool(st_seq), x, ys))
                 continue
             children: list[list[Any]] = []
-            for k in range(nrest):
-                y = ys[k]
+            for j in range(nrest):
+                y = ys[j]
                 ycode, ydata, ych = expand(y, none_is_leaf)
                 if ycode != code or not _data_eq(d, ydata):
                     raise mismatch_error(
@@ -402,16 +403,17 @@ def _mapn(
                         code,
                         d,
                         y,
-                        f"tree #{k + 2} (rest[{k}])",
+                        f"tree #{j + 2} (rest[{j}])",
                     )
                 children.append(ych)
             if code >> SHIFT == 0:
                 outs.append(build(code, d, []))
                 continue
+            if st_seq:
+                kstack.append(k)
             st_seq.append(seq)
             st_rseqs.append(rseqs)
             st_keys.append(keys)
-            st_path.append(path)
             st_pos.append(pos)
             st_node.append(x)
             st_outs.append(outs)
@@ -424,7 +426,6 @@ def _mapn(
             seq = ch
             rseqs = children
             keys = ckeys
-            path = p
             pos = 0
             n = len(ch)
             outs = []
@@ -433,7 +434,8 @@ def _mapn(
             seq = st_seq.pop()
             rseqs = st_rseqs.pop()
             keys = st_keys.pop()
-            path = st_path.pop()
+            if st_seq:
+                kstack.pop()
             pos = st_pos.pop()
             outs = st_outs.pop()
             node = st_node.pop()
@@ -443,3 +445,16 @@ def _mapn(
                 guard.exit(node)
         else:
             return outs[0]
+
+
+def _call_leaf(
+    f: Callable[..., Any], with_path: bool, kstack: list[Any], k: Any, below_root: bool, x: Any, ys: list[Any]
+) -> Any:
+    if not with_path:
+        return f(x, *ys)
+    if not below_root:
+        return f((), x, *ys)
+    kstack.append(k)
+    path = tuple(kstack)
+    kstack.pop()
+    return f(path, x, *ys)

@@ -35,10 +35,12 @@ from ._registry import (
     build,
     expand,
     lookup,
+    sorted_keys,
     structseq_fields,
 )
 
 _STATE_VERSION: Final = 1
+_MAX_SIZE: Final = (1 << 62)
 _guard_lock: Final = threading.Lock()
 _active: Final[set[tuple[int, int, int]]] = set()
 
@@ -253,7 +255,7 @@ class PyTreeDef:
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PyTreeDef):
-            return NotImplemented
+            return False
         if self is other:
             return True
         if (
@@ -274,10 +276,7 @@ class PyTreeDef:
             _leave(1, self, other)
 
     def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        if eq is NotImplemented:
-            return NotImplemented
-        return not eq
+        return not self.__eq__(other)
 
     def __hash__(self) -> int:
         if self._hashed:
@@ -351,35 +350,41 @@ def unflatten_table(codes: list[int], data: list[Any], leaves: list[Any]) -> Any
     st_code: list[int] = []
     st_data: list[Any] = []
     st_outs: list[list[Any]] = []
+    st_need: list[int] = []
+    outs: list[Any] = []  # children built so far for the innermost open node
+    need = 1  # how many children it has (the virtual root has one: the tree)
+    code = 0
+    d: Any = None
     li = 0
     di = 0
-    obj: Any = None
     for c in codes:
         if c == LEAF:
-            obj = leaves[li]
+            outs.append(leaves[li])
             li += 1
         else:
-            d = data[di]
+            nd = data[di]
             di += 1
-            if c >> SHIFT == 0:
-                obj = build(c, d, [])
+            arity = c >> SHIFT
+            if arity == 0:
+                outs.append(build(c, nd, []))
             else:
-                st_code.append(c)
+                st_code.append(code)
                 st_data.append(d)
-                st_outs.append([])
+                st_outs.append(outs)
+                st_need.append(need)
+                code = c
+                d = nd
+                outs = []
+                need = arity
                 continue
-        while st_outs:
-            outs = st_outs[-1]
+        while len(outs) == need and st_outs:
+            obj = build(code, d, outs)
+            code = st_code.pop()
+            d = st_data.pop()
+            outs = st_outs.pop()
+            need = st_need.pop()
             outs.append(obj)
-            top = st_code[-1]
-            if len(outs) < top >> SHIFT:
-                break
-            st_outs.pop()
-            st_code.pop()
-            obj = build(top, st_data.pop(), outs)
-        if not st_outs:
-            return obj
-    return obj
+    return outs[0]
 
 
 def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str) -> list[Any]:
@@ -523,13 +528,18 @@ def _decode(kind: int, arity: int, d: Any) -> Any:
             raise _bad(f"a dict node has {arity} children but {len(keys)} keys")
         try:
             key_set = set(keys)
-        except TypeError:
-            raise _bad("dict keys are not hashable") from None
+            order_ok = order is None or (
+                kind != ORDEREDDICT and isinstance(order, tuple) and len(order) == len(keys) and set(order) == key_set
+            )
+            sorted_ok = kind == ORDEREDDICT or list(keys) == sorted_keys(keys)
+        except Exception:
+            raise _bad("dict keys are not hashable and comparable") from None
         if len(key_set) != len(keys):
             raise _bad("dict keys are not unique")
-        if order is not None:
-            if kind == ORDEREDDICT or not isinstance(order, tuple) or set(order) != key_set or len(order) != len(keys):
-                raise _bad("dict insertion order does not match its keys")
+        if not order_ok:
+            raise _bad("dict insertion order does not match its keys")
+        if not sorted_ok:
+            raise _bad("dict keys are not in sorted order")
         if factory is not None and (kind != DEFAULTDICT or not callable(factory)):
             raise _bad("only a defaultdict node has a (callable) default_factory")
         return DictData(keys, order, factory)
@@ -539,9 +549,11 @@ def _decode(kind: int, arity: int, d: Any) -> Any:
             raise _bad(f"namedtuple/struct sequence node data must be such a class, got {short_repr(d)}")
         if kind == NAMEDTUPLE and len(d._fields) != arity:
             raise _bad(f"namedtuple {d.__name__} has {len(d._fields)} fields but the node has {arity} children")
+        if kind == STRUCTSEQ and d.n_sequence_fields != arity:
+            raise _bad(f"{d.__name__} has {d.n_sequence_fields} fields but the node has {arity} children")
         return d
     if kind == DEQUE:
-        if d is not None and (type(d) is not int or d < arity):
+        if d is not None and (type(d) is not int or d < arity or d > _MAX_SIZE):
             raise _bad(f"deque maxlen must be None or an int >= its length, got {short_repr(d)}")
         return d
     # CUSTOM
