@@ -403,7 +403,7 @@ CASES: list[Case] = [
             ".y['a']['k'][0]",
         ),
         4,
-        14,
+        15,
         [
             Params(w=[1, None], b=Pair(first=(), second=2), name="p"),
             OrderedDict([("z", deque([None, 3], maxlen=2)), ("a", defaultdict(int, {"k": [4]}))]),

@@ -215,6 +215,19 @@ def test_map_with_path_matches_jax(tree: Any) -> None:
     assert st.leaves(got) == jtu.tree_leaves(want)
 
 
+@given(JAX_TREES, hs.sampled_from([list, tuple, dict, NT]))
+def test_broadcast_matches_jax(tree: Any, cut: type) -> None:
+    # a prefix of ``tree``: every subtree of type ``cut`` (below the root) becomes one leaf
+    def is_cut(x: Any) -> bool:
+        return type(x) is cut and x is not tree
+
+    prefix = jtu.tree_map(lambda x: f"p{id(x) % 97}", tree, is_leaf=is_cut)
+    got = st.broadcast(prefix, tree)
+    want = jtu.tree_map(lambda p, sub: jtu.tree_map(lambda _: p, sub), prefix, tree)
+    assert repr(st.structure(got)) == repr(jtu.tree_structure(want))
+    assert st.leaves(got) == jtu.tree_leaves(want)
+
+
 # ---------------------------------------------------------------------- against optree
 
 

@@ -315,6 +315,191 @@ def test_none_is_leaf_is_keyword_only() -> None:
         st.flatten([None], None, True)  # type: ignore[misc]
 
 
-def test_transpose_requires_pytreedefs() -> None:
-    with pytest.raises((TypeError, ValueError)):
-        st.transpose([0, 0], None, [(1, 2), (3, 4)])  # type: ignore[arg-type]
+
+# ------------------------------------------------------------ tampered pickle states
+
+TAMPER_SCRIPT = r'''
+import itertools, json, pickle, time
+from collections import OrderedDict, defaultdict, deque, namedtuple
+import spruce.tree as st
+
+P = namedtuple("P", "x y")
+TREES = [
+    5,
+    None,
+    [1, (2, 3)],
+    {"a": [1, None], "b": (2,)},
+    {"b": 1, "a": 2},
+    OrderedDict(b=1, a=2),
+    defaultdict(list, a=1),
+    deque([1, 2], maxlen=3),
+    deque([1]),
+    time.gmtime(0),
+    P(1, [2]),
+    [None, (), {}],
+    {1: "x", "a": "y"},
+]
+PAIR_TREES = TREES[2:8] + TREES[9:11]
+DELETE = object()
+
+
+class Opaque:
+    """An unexpected but well-behaved object (hashable, picklable, equal to its copies)."""
+
+    def __eq__(self, other):
+        return type(other) is Opaque
+
+    def __hash__(self):
+        return 7
+
+
+OPAQUE = Opaque()
+
+
+def positions(obj, path=()):
+    yield path, obj
+    if type(obj) in (tuple, list):
+        for i, c in enumerate(obj):
+            yield from positions(c, path + (i,))
+
+
+def replace(obj, path, new):
+    if not path:
+        return new
+    items = list(obj)
+    i = path[0]
+    if len(path) == 1 and new is DELETE:
+        del items[i]
+    elif len(path) == 1 and isinstance(new, tuple) and new and new[0] is DELETE:  # duplicate
+        items.insert(i, items[i])
+    else:
+        items[i] = replace(obj[i], path[1:], new)
+    return type(obj)(items)
+
+
+INT_DELTAS = [d for k in range(7) for d in (1 << k, -(1 << k))]
+REPLACEMENTS = [None, "x", OPAQUE, (), [], 1.5, True, -1, 2**63, int, list, ("dict",), ("custom",)]
+
+
+def single_mutations(args):
+    for top in range(len(args)):
+        for path, value in positions(args[top]):
+            full = (top,) + path
+            if type(value) is int:
+                for d in INT_DELTAS:
+                    yield full, value + d
+                for k in range(12):
+                    yield full, value ^ (1 << k)
+            for r in REPLACEMENTS:
+                yield full, r
+            if type(value) in (tuple, list):
+                for n in range(len(value)):
+                    yield full, type(value)(value[:n])
+                yield full, type(value)(reversed(value))
+                yield full, list(value) if type(value) is tuple else tuple(value)
+            if path:  # delete or duplicate this element of its parent
+                yield full, DELETE
+                yield full, (DELETE,)
+
+
+def apply(args, mutation):
+    path, new = mutation
+    return replace(args, path, new)
+
+
+def check(fn, args):
+    try:
+        td = fn(*args)
+    except ValueError:
+        return None
+    except RecursionError:
+        return None
+    except Exception as e:
+        return f"load raised {type(e).__name__}: {str(e)[:150]}"
+    if not isinstance(td, st.PyTreeDef):
+        return f"load returned {type(td).__name__}"
+    try:
+        repr(td)
+        n = td.num_leaves
+        assert td.num_nodes >= 1
+        t = td.unflatten(list(range(n)))
+        assert td.flatten_up_to(t) == list(range(n)), "flatten_up_to disagrees"
+        assert pickle.loads(pickle.dumps(td)) == td, "pickle round trip"
+        hash(td)
+        assert td == td
+        td.children()
+        td.paths()
+    except Exception as e:
+        return f"accepted, then {type(e).__name__}: {str(e)[:150]}"
+    return None
+
+
+bad = []
+total = 0
+for tree in TREES:
+    fn, args = st.structure(tree).__reduce__()
+    args = tuple(args)
+    muts = list(single_mutations(args))
+    for m in muts:
+        total += 1
+        try:
+            mutated = apply(args, m)
+        except Exception:
+            continue
+        problem = check(fn, mutated)
+        if problem:
+            bad.append([repr(tree)[:60], repr(m)[:120], problem])
+    if any(tree is p for p in PAIR_TREES):
+        int_muts = [m for m in muts if type(m[1]) is int and m[1] >= 0][:200]
+        structural = [m for m in muts if m[1] is DELETE or (isinstance(m[1], tuple) and m[1][:1] == (DELETE,))]
+        for m1, m2 in itertools.product(int_muts, structural):
+            total += 1
+            try:
+                mutated = apply(apply(args, m1), m2)
+            except Exception:
+                continue
+            problem = check(fn, mutated)
+            if problem:
+                bad.append([repr(tree)[:60], repr((m1, m2))[:160], problem])
+
+print(json.dumps({"total": total, "bad": bad[:25], "n_bad": len(bad)}))
+'''
+
+
+@pytest.mark.subprocess
+def test_tampered_pickle_states_raise_value_error_never_crash() -> None:
+    import json
+
+    from helpers import run_python
+
+    proc = run_python(TAMPER_SCRIPT, timeout=300)
+    assert proc.returncode == 0, f"interpreter died (rc={proc.returncode}): {proc.stderr[-3000:]}"
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["total"] > 1000
+    assert report["n_bad"] == 0, json.dumps(report["bad"], indent=1)
+
+
+def test_tampered_state_with_unregistered_custom_class() -> None:
+    class Gone:
+        def __init__(self, a: Any) -> None:
+            self.a = a
+
+    st.register_pytree_node(Gone, lambda g: ((g.a,), None), lambda aux, ch: Gone(*ch))
+    fn, args = st.structure([Gone(1)]).__reduce__()
+    st.unregister(Gone)
+    with pytest.raises(ValueError) as info:
+        fn(*args)
+    assert "Gone" in str(info.value)
+
+
+def test_pickle_round_trip_then_loads_of_garbage_state() -> None:
+    import pickle
+
+    treedef = st.structure({"a": [1, (2,)]})
+    fn, args = treedef.__reduce__()
+    assert fn(*args) == treedef
+    for garbage in [None, 0, "state", (), [], {}, (None,), object()]:
+        for j in range(len(args)):
+            with pytest.raises(ValueError):
+                fn(*[garbage if i == j else a for i, a in enumerate(args)])
+    assert pickle.loads(pickle.dumps(treedef)) == treedef

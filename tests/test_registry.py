@@ -25,9 +25,9 @@ def test_register_pytree_node_round_trip_and_paths() -> None:
             self.xs, self.unit = xs, unit
 
     st.register_pytree_node(Vec, lambda v: (v.xs, v.unit), lambda unit, xs: Vec(list(xs), unit))
-    leaves, treedef = st.flatten({"v": Vec([1, [2]], "m")})
+    leaves, treedef = st.flatten({"v": Vec([1, [2]], ("m", 2))})
     assert leaves == [1, 2]
-    assert repr(treedef) == "PyTreeDef({'v': CustomNode(Vec[m], [*, [*]])})"
+    assert repr(treedef) == "PyTreeDef({'v': CustomNode(Vec[('m', 2)], [*, [*]])})"
     out = st.map(lambda x: x * 10, {"v": Vec([1, [2]], "m")})
     assert isinstance(out["v"], Vec) and out["v"].xs == [10, [20]] and out["v"].unit == "m"
     assert [p for p, _ in st.leaves_with_path(Vec([1, 2], "m"))] == [
@@ -45,7 +45,8 @@ def test_register_pytree_node_with_flatten_with_keys() -> None:
         Named2,
         lambda n: ((n.a, n.b), None),
         lambda aux, ch: Named2(*ch),
-        flatten_with_keys=lambda n: (((st.DictKey("A"), n.a), (st.DictKey("B"), n.b)), None),
+        # 4th argument (JAX calls it flatten_with_keys_func)
+        lambda n: (((st.DictKey("A"), n.a), (st.DictKey("B"), n.b)), None),
     )
     pairs = st.leaves_with_path(Named2(1, [2]))
     assert [st.keystr(p) for p, _ in pairs] == ["['A']", "['B'][0]"]
@@ -60,12 +61,12 @@ def test_register_pytree_with_keys_flatten_optional() -> None:
 
     st.register_pytree_with_keys(
         KV,
-        lambda kv: (((st.GetAttrKey("k"), kv.k), (st.GetAttrKey("v"), kv.v)), "aux"),
+        lambda kv: (((st.GetAttrKey("k"), kv.k), (st.GetAttrKey("v"), kv.v)), ("aux",)),
         lambda aux, ch: KV(*ch),
     )
     leaves, treedef = st.flatten(KV(1, 2))
     assert leaves == [1, 2]
-    assert repr(treedef) == "PyTreeDef(CustomNode(KV[aux], [*, *]))"
+    assert repr(treedef) == "PyTreeDef(CustomNode(KV[('aux',)], [*, *]))"
     assert [st.keystr(p) for p, _ in st.leaves_with_path(KV(1, 2))] == [".k", ".v"]
     rebuilt = st.unflatten(treedef, ["x", "y"])
     assert (rebuilt.k, rebuilt.v) == ("x", "y")
@@ -108,7 +109,7 @@ def test_register_pytree_node_class_decorator() -> None:
     assert isinstance(Pt, type)  # the decorator returns the class
     out = st.map(lambda v: v + 1, Pt(1, 2, "L"))
     assert (out.x, out.y, out.label) == (2, 3, "L")
-    assert repr(st.structure(Pt(0, 0, "L"))) == "PyTreeDef(CustomNode(Pt[L], [*, *]))"
+    assert repr(st.structure(Pt(0, 0, 42))) == "PyTreeDef(CustomNode(Pt[42], [*, *]))"
 
 
 def test_register_pytree_with_keys_class_decorator() -> None:
@@ -149,7 +150,6 @@ def test_tree_util_names_are_the_same_objects() -> None:
         "tree_map_with_path": "map_with_path",
         "flatten_one_level": "flatten_one_level",
         "flatten_one_level_with_keys": "flatten_one_level_with_path",
-        "flatten_one_level_with_path": "flatten_one_level_with_path",
         "all_leaves": "all_leaves",
         "Partial": "Partial",
         "PyTreeDef": "PyTreeDef",
@@ -308,12 +308,15 @@ def test_register_dataclass_bad_fields_name_the_field(data: Any, meta: Any, fiel
 # ---------------------------------------------------------------------- register_static
 
 
-def test_register_static() -> None:
-    @dataclasses.dataclass(frozen=True)
-    class Cfg:
-        lr: float
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    lr: float
 
-    st.register_static(Cfg)
+
+st.register_static(Cfg)
+
+
+def test_register_static() -> None:
     tree = {"cfg": Cfg(0.1), "w": 5}
     leaves, treedef = st.flatten(tree)
     assert leaves == [5]
@@ -321,6 +324,23 @@ def test_register_static() -> None:
     assert st.unflatten(treedef, [6]) == {"cfg": Cfg(0.1), "w": 6}
     assert st.structure(Cfg(0.1)) != st.structure(Cfg(0.2))
     assert st.structure(Cfg(0.1)) == st.structure(Cfg(0.1))
+
+
+def test_register_static_as_decorator() -> None:
+    @st.register_static
+    class Marker:
+        def __eq__(self, other: object) -> bool:
+            return type(other) is Marker
+
+        def __hash__(self) -> int:
+            return 1
+
+        def __repr__(self) -> str:
+            return "Marker()"
+
+    assert isinstance(Marker, type)
+    assert st.leaves([Marker(), 1]) == [1]
+    assert repr(st.structure(Marker())) == "PyTreeDef(CustomNode(Marker[Marker()], []))"
 
 
 # ---------------------------------------------------------------- duplicates & unregister
@@ -507,6 +527,31 @@ def test_static_field_helper() -> None:
     assert f.metadata["static"] is True
     g = st.static(default_factory=list, metadata={"doc": "d"})
     assert g.metadata["static"] is True and g.metadata["doc"] == "d"
+
+
+# -------------------------------------------------------------------------- broadcast
+
+
+@pytest.mark.parametrize(
+    "prefix,full,expected",
+    [
+        # each value printed by jax.tree.broadcast (jax 0.10.2) for the same arguments
+        (1, [1, 2, {"a": 3}], [1, 1, {"a": 1}]),
+        ([1, {"x": 2}], [[3, 4], {"x": (5, 6)}], [[1, 1], {"x": (2, 2)}]),
+        ([1, None], [[3, 4], None], [[1, 1], None]),
+        ({"b": "B", "a": "A"}, {"b": [0, 0], "a": 0}, {"b": ["B", "B"], "a": "A"}),
+        ("v", None, None),
+    ],
+)
+def test_broadcast_values(prefix: Any, full: Any, expected: Any) -> None:
+    out = st.broadcast(prefix, full)
+    assert_tree_equal(out, expected)
+
+
+def test_broadcast_with_is_leaf() -> None:
+    # as jax.tree.broadcast: is_leaf cuts the prefix tree; full subtrees are still expanded
+    out = st.broadcast([0, 1], [[5, 6], (7,)], is_leaf=lambda x: isinstance(x, tuple))
+    assert out == [[0, 0], (1,)]
 
 
 # ---------------------------------------------------------------------- all / any / misc

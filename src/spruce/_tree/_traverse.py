@@ -206,7 +206,7 @@ def flatten_with_path(
     # leaf, so deep trees cost O(depth) per leaf, never O(depth) per node kept alive.
     kstack: list[Any] = []
     st_seq: list[list[Any]] = []
-    st_pos: list[int] = []
+    st_pos: list[int] = [0]  # aligned with st_node, which starts at the root
     st_node: list[Any] = [tree]
     st_keys: list[list[Any]] = []
     guard: DeepGuard | None = None
@@ -240,7 +240,7 @@ def flatten_with_path(
             if len(st_node) >= DEEP:
                 if guard is None:
                     guard = DeepGuard(st_node)
-                guard.enter(st_node, [0] + st_pos, none_is_leaf)
+                guard.enter(st_node, st_pos, none_is_leaf)
             seq = ch
             keys = ckeys
             pos = 0
