@@ -633,3 +633,51 @@ def test_map_result_types_round_trip_everything() -> None:
     out = st.map(lambda x: x, tree)
     assert_tree_equal(out, tree)
     assert out["dd"]["missing"] == []  # the factory came back
+
+
+# ------------------------------------------------------- the shared traversal parameters
+
+TREE_WITH_NONES = {"b": [None, 1], "a": None}
+
+
+def test_every_traversal_takes_none_is_leaf_keyword() -> None:
+    kw = {"none_is_leaf": True}
+    assert st.flatten(TREE_WITH_NONES, **kw)[0] == [None, None, 1]
+    assert st.leaves(TREE_WITH_NONES, **kw) == [None, None, 1]
+    assert st.structure(TREE_WITH_NONES, **kw).num_leaves == 3
+    assert st.map(lambda x: x is None, TREE_WITH_NONES, **kw) == {"b": [True, False], "a": True}
+    assert [x for _, x in st.flatten_with_path(TREE_WITH_NONES, **kw)[0]] == [None, None, 1]
+    assert [st.keystr(p) for p, _ in st.leaves_with_path(TREE_WITH_NONES, **kw)] == [
+        "['a']",
+        "['b'][0]",
+        "['b'][1]",
+    ]
+    assert st.map_with_path(lambda p, x: st.keystr(p), TREE_WITH_NONES, **kw) == {
+        "b": ["['b'][0]", "['b'][1]"],
+        "a": "['a']",
+    }
+    assert list(st.iter(TREE_WITH_NONES, **kw)) == [None, None, 1]
+    assert st.reduce(lambda acc, x: acc + [x], TREE_WITH_NONES, [], **kw) == [None, None, 1]
+    assert st.is_leaf(None, **kw) is True
+
+
+def test_is_leaf_is_the_second_positional_parameter() -> None:
+    is_list = lambda x: isinstance(x, list)  # noqa: E731
+    assert st.flatten({"a": [1], "b": 2}, is_list)[0] == [[1], 2]
+    assert st.leaves({"a": [1], "b": 2}, is_list) == [[1], 2]
+    assert st.structure({"a": [1], "b": 2}, is_list).num_leaves == 2
+    assert st.reduce(lambda acc, x: acc + [x], {"a": [1], "b": [2]}, [], is_list) == [[1], [2]]
+    marker = [0, 0]  # a leaf only through is_leaf; without it [0, 0] vs [5, 6, 7] mismatch
+    out = st.broadcast([marker, 1], [[5, 6, 7], 3], lambda x: x is marker)
+    assert out == [[marker, marker, marker], 1] and out[0][0] is marker
+
+
+def test_none_is_leaf_is_keyword_only_everywhere() -> None:
+    for call in (
+        lambda: st.flatten([None], None, True),
+        lambda: st.leaves([None], None, True),
+        lambda: st.structure([None], None, True),
+        lambda: st.is_leaf(None, None, True),
+    ):
+        with pytest.raises(TypeError):
+            call()

@@ -133,7 +133,8 @@ def transpose(outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None, pytree_
 
 def broadcast(prefix_tree: Any, full_tree: Any, is_leaf: IsLeaf = None) -> Any:
     """Repeat each leaf of ``prefix_tree`` over the matching subtree of ``full_tree``, as
-    jax.tree.broadcast.  The result has ``full_tree``'s structure.
+    jax.tree.broadcast.  The result has ``full_tree``'s structure; ``is_leaf`` applies to
+    ``prefix_tree`` only.
 
     Raises:
       ValueError: ``prefix_tree`` is not a prefix of ``full_tree`` (naming the key path).
@@ -143,12 +144,12 @@ def broadcast(prefix_tree: Any, full_tree: Any, is_leaf: IsLeaf = None) -> Any:
     """
     pleaves, pdef = flatten(prefix_tree, is_leaf)
     subtrees = flatten_up_to(pdef, full_tree, "broadcast", "full_tree")
-    out = [_fill(leaf, sub, is_leaf) for leaf, sub in zip(pleaves, subtrees)]
+    out = [_fill(leaf, sub) for leaf, sub in zip(pleaves, subtrees)]
     return pdef.unflatten(out)
 
 
-def _fill(value: Any, subtree: Any, is_leaf: IsLeaf) -> Any:
-    return map(lambda _: value, subtree, is_leaf=is_leaf)
+def _fill(value: Any, subtree: Any) -> Any:
+    return map(lambda _: value, subtree)
 
 
 def partition(

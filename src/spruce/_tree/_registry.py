@@ -758,9 +758,17 @@ def build(code: int, data: Any, children: list[Any]) -> Any:
         return tuple(children)
     if kind == DICT:
         dd: DictData = data
-        out = dict(zip(dd.keys, children))
-        if dd.order is not None:
-            return {k: out[k] for k in dd.order}
+        keys = dd.keys
+        out: dict[Any, Any] = {}
+        if dd.order is None:
+            for i in range(len(keys)):
+                out[keys[i]] = children[i]
+            return out
+        tmp: dict[Any, Any] = {}
+        for i in range(len(keys)):
+            tmp[keys[i]] = children[i]
+        for k in dd.order:
+            out[k] = tmp[k]
         return out
     if kind == NONE:
         return None
