@@ -350,8 +350,8 @@ CASES: list[Case] = [
         BOX,
         [1, 2, 3],
         "PyTreeDef(CustomNode(Box[('tag', 1)], [*, [*, *]]))",
-        # FlattenedIndexKey prints "[0]" per the spruce spec (JAX prints "[<flat index 0>]").
-        ("[0]", "[1][0]", "[1][1]"),
+        # FlattenedIndexKey prints as JAX's does: "[<flat index 0>]".
+        ("[<flat index 0>]", "[<flat index 1>][0]", "[<flat index 1>][1]"),
         3,
         5,
         [1, [2, 3]],
@@ -381,7 +381,7 @@ CASES: list[Case] = [
         PARTIAL,
         [1, 2],
         "PyTreeDef(CustomNode(Partial[<built-in function add>], [(*, *), {}]))",
-        ("[0][0]", "[0][1]"),
+        ("[<flat index 0>][0]", "[<flat index 0>][1]"),
         2,
         5,
         [(1, 2), {}],

@@ -147,8 +147,10 @@ def mismatch_detail(code: int, data: Any, ycode: int, ydata: Any, y: Any) -> str
     if kind == ykind and kind in (DICT, ORDEREDDICT, DEFAULTDICT):
         a: DictData = data
         b: DictData = ydata
-        missing = [k for k in a.keys if k not in set(b.keys)]
-        extra = [k for k in b.keys if k not in set(a.keys)]
+        a_keys = set(a.keys)
+        b_keys = set(b.keys)
+        missing = [k for k in a.keys if k not in b_keys]
+        extra = [k for k in b.keys if k not in a_keys]
         if missing:
             msg += f"; missing key(s) {keys_text(missing)}"
         if extra:

@@ -213,14 +213,16 @@ class DictData:
     defaultdict's ``default_factory``.
     """
 
-    keys: tuple[Any, ...]
+    keys: list[Any]  # never mutated after construction
     order: tuple[Any, ...] | None
     factory: Any
+    template: dict[Any, Any] | None  # dict.fromkeys(order), made on first rebuild
 
-    def __init__(self, keys: tuple[Any, ...], order: tuple[Any, ...] | None, factory: Any) -> None:
+    def __init__(self, keys: list[Any], order: tuple[Any, ...] | None, factory: Any) -> None:
         self.keys = keys
         self.order = order
         self.factory = factory
+        self.template = None
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DictData):
@@ -228,7 +230,7 @@ class DictData:
         return self.keys == other.keys and self.factory == other.factory
 
     def __hash__(self) -> int:
-        return hash((self.keys, self.factory))
+        return hash((tuple(self.keys), self.factory))
 
 
 MSG_UNHASHABLE: Final = (
@@ -647,16 +649,19 @@ EMPTY: Final[list[Any]] = []
 
 def dict_data(d: Any, factory: Any) -> tuple[DictData, list[Any]]:
     """Node data and children (in sorted key order) of a dict or defaultdict."""
-    inserted: list[Any] = list(d)
     try:
-        keys = sorted(inserted)
+        keys = sorted(d)
     except TypeError:
-        keys = sorted_keys(inserted)
+        keys = sorted_keys(d)
     children = [d[k] for k in keys]
-    order: tuple[Any, ...] | None = None
-    if keys != inserted:
-        order = tuple(inserted)
-    return DictData(tuple(keys), order, factory), children
+    # The sorted list holds the dict's own key objects, so identity tells whether the
+    # insertion order is the sorted one.
+    i = 0
+    for k in d:
+        if k is not keys[i]:
+            return DictData(keys, tuple(d), factory), children
+        i += 1
+    return DictData(keys, None, factory), children
 
 
 def expand(x: Any, none_is_leaf: bool) -> tuple[int, Any, list[Any]]:
@@ -693,9 +698,9 @@ def expand_registered(x: Any, info: NodeInfo) -> tuple[int, Any, list[Any]]:
         ch = list(x)
         return (len(ch) << SHIFT) | kind, info.nodetype, ch
     if kind == ORDEREDDICT:
-        keys = tuple(x)
-        ch = [x[k] for k in keys]
-        return (len(ch) << SHIFT) | ORDEREDDICT, DictData(keys, None, None), ch
+        okeys = list(x)
+        ch = [x[k] for k in okeys]
+        return (len(ch) << SHIFT) | ORDEREDDICT, DictData(okeys, None, None), ch
     if kind == DEFAULTDICT:
         dd, ch = dict_data(x, x.default_factory)
         return (len(ch) << SHIFT) | DEFAULTDICT, dd, ch
@@ -746,6 +751,18 @@ def expand_with_keys(x: Any, none_is_leaf: bool) -> tuple[int, Any, list[Any], l
     return code, data, ch, child_keys(x, code, data, len(ch))
 
 
+def rebuild(code: int, data: Any, children: list[Any], original: Any) -> Any:
+    """``build`` for walkers that still hold the original node (map): an exact dict is rebuilt
+    by copying the original, which keeps its insertion order at the cost of one copy."""
+    if code & MASK == DICT:
+        out: dict[Any, Any] = original.copy()
+        keys = data.keys
+        for i in range(len(keys)):
+            out[keys[i]] = children[i]
+        return out
+    return build(code, data, children)
+
+
 def build(code: int, data: Any, children: list[Any]) -> Any:
     """Put one node together from its code, node data and (already built) children.
 
@@ -759,16 +776,18 @@ def build(code: int, data: Any, children: list[Any]) -> Any:
     if kind == DICT:
         dd: DictData = data
         keys = dd.keys
-        out: dict[Any, Any] = {}
         if dd.order is None:
-            for i in range(len(keys)):
-                out[keys[i]] = children[i]
-            return out
-        tmp: dict[Any, Any] = {}
+            out: dict[Any, Any] = {}
+        else:
+            # Copying a dict that already has the keys in insertion order, then assigning in
+            # sorted order, keeps the order without a second dict or per-key lookups.
+            template = dd.template
+            if template is None:
+                template = dict.fromkeys(dd.order)
+                dd.template = template
+            out = template.copy()
         for i in range(len(keys)):
-            tmp[keys[i]] = children[i]
-        for k in dd.order:
-            out[k] = tmp[k]
+            out[keys[i]] = children[i]
         return out
     if kind == NONE:
         return None

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 
 from ._errors import DEEP, DeepGuard, mismatch_error
 from ._keys import keystr  # noqa: F401  (used by the map_with_path doctest)
-from ._registry import LEAF, SHIFT, build, expand, expand_with_keys
+from ._registry import LEAF, SHIFT, build, expand, expand_with_keys, rebuild
 from ._treedef import PyTreeDef, _data_eq
 
 IsLeaf = Callable[[Any], Any] | None
@@ -31,6 +31,7 @@ def flatten_into(
     st_pos: list[int] = []
     st_node: list[Any] = []
     guard: DeepGuard | None = None
+    leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
             x = seq[pos]
@@ -39,8 +40,14 @@ def flatten_into(
                 leaves.append(x)
                 codes.append(LEAF)
                 continue
+            t = type(x)
+            if t is leaf_type:
+                leaves.append(x)
+                codes.append(LEAF)
+                continue
             code, d, ch = expand(x, none_is_leaf)
             if code == LEAF:
+                leaf_type = t
                 leaves.append(x)
                 codes.append(LEAF)
                 continue
@@ -142,6 +149,7 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
     st_pos: list[int] = []
     st_node: list[Any] = []
     guard: DeepGuard | None = None
+    leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
             x = seq[pos]
@@ -149,8 +157,13 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
             if is_leaf is not None and is_leaf(x):
                 yield x
                 continue
+            t = type(x)
+            if t is leaf_type:
+                yield x
+                continue
             code, d, ch = expand(x, none_is_leaf)
             if code == LEAF:
+                leaf_type = t
                 yield x
                 continue
             if code >> SHIFT == 0:
@@ -210,6 +223,7 @@ def flatten_with_path(
     st_node: list[Any] = [tree]
     st_keys: list[list[Any]] = []
     guard: DeepGuard | None = None
+    leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
             x = seq[pos]
@@ -311,6 +325,7 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
     st_code: list[int] = []
     st_data: list[Any] = []
     guard: DeepGuard | None = None
+    leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
             x = seq[pos]
@@ -318,8 +333,13 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
             if is_leaf is not None and is_leaf(x):
                 outs.append(f(x))
                 continue
+            t = type(x)
+            if t is leaf_type:
+                outs.append(f(x))
+                continue
             code, d, ch = expand(x, none_is_leaf)
             if code == LEAF:
+                leaf_type = t
                 outs.append(f(x))
                 continue
             if code >> SHIFT == 0:
@@ -340,11 +360,11 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
             n = len(ch)
             outs = []
         elif st_seq:
-            built = build(st_code.pop(), st_data.pop(), outs)
+            node = st_node.pop()
+            built = rebuild(st_code.pop(), st_data.pop(), outs, node)
             seq = st_seq.pop()
             pos = st_pos.pop()
             outs = st_outs.pop()
-            node = st_node.pop()
             n = len(seq)
             outs.append(built)
             if guard is not None:
@@ -373,6 +393,7 @@ def _mapn(
     st_code: list[int] = []
     st_data: list[Any] = []
     guard: DeepGuard | None = None
+    leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
             x = seq[pos]
@@ -430,7 +451,8 @@ def _mapn(
             n = len(ch)
             outs = []
         elif st_seq:
-            built = build(st_code.pop(), st_data.pop(), outs)
+            node = st_node.pop()
+            built = rebuild(st_code.pop(), st_data.pop(), outs, node)
             seq = st_seq.pop()
             rseqs = st_rseqs.pop()
             keys = st_keys.pop()
@@ -438,7 +460,6 @@ def _mapn(
                 kstack.pop()
             pos = st_pos.pop()
             outs = st_outs.pop()
-            node = st_node.pop()
             n = len(seq)
             outs.append(built)
             if guard is not None:

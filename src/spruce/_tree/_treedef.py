@@ -433,68 +433,91 @@ def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str) -> list[Any]:
     return out
 
 
-def _node_str(code: int, d: Any, parts: list[str]) -> str:
+def _open(out: list[str], code: int, d: Any) -> None:
     kind = code & MASK
-    inner = ", ".join(parts)
     if kind == NONE:
-        return "None"
+        out.append("None")
+    elif kind == TUPLE:
+        out.append("(")
+    elif kind == LIST:
+        out.append("[")
+    elif kind == DICT:
+        out.append("{")
+    elif kind == NAMEDTUPLE:
+        out.append(f"CustomNode(namedtuple[{d.__name__}], [")
+    elif kind == ORDEREDDICT:
+        out.append(f"CustomNode(OrderedDict[{tuple(d.keys)!r}], [")
+    elif kind == DEFAULTDICT:
+        out.append(f"CustomNode(defaultdict[{(d.factory, tuple(d.keys))!r}], [")
+    elif kind == DEQUE:
+        out.append("deque([")
+    elif kind == STRUCTSEQ:
+        out.append(f"{d.__module__}.{d.__name__}(")
+    else:
+        cd: CustomData = d
+        out.append(f"CustomNode({cd.info.nodetype.__name__}[{cd.aux_text()}], [")
+
+
+def _close(out: list[str], code: int, d: Any) -> None:
+    kind = code & MASK
     if kind == TUPLE:
-        return f"({inner},)" if len(parts) == 1 else f"({inner})"
-    if kind == LIST:
-        return f"[{inner}]"
+        out.append(",)" if code >> SHIFT == 1 else ")")
+    elif kind == LIST:
+        out.append("]")
+    elif kind == DICT:
+        out.append("}")
+    elif kind == DEQUE:
+        out.append("])" if d is None else f"], maxlen={d})")
+    elif kind == STRUCTSEQ:
+        out.append(")")
+    elif kind != NONE:
+        out.append("])")
+
+
+def _child_prefix(out: list[str], code: int, d: Any, i: int) -> None:
+    kind = code & MASK
     if kind == DICT:
-        dd: DictData = d
-        return "{" + ", ".join([f"{k!r}: {p}" for k, p in zip(dd.keys, parts)]) + "}"
-    if kind == NAMEDTUPLE:
-        return f"CustomNode(namedtuple[{d.__name__}], [{inner}])"
-    if kind == ORDEREDDICT:
-        od: DictData = d
-        return f"CustomNode(OrderedDict[{od.keys!r}], [{inner}])"
-    if kind == DEFAULTDICT:
-        fd: DictData = d
-        return f"CustomNode(defaultdict[{(fd.factory, fd.keys)!r}], [{inner}])"
-    if kind == DEQUE:
-        return f"deque([{inner}])" if d is None else f"deque([{inner}], maxlen={d})"
-    if kind == STRUCTSEQ:
+        out.append(f"{d.keys[i]!r}: ")
+    elif kind == STRUCTSEQ:
         names = structseq_fields(d)
-        items = [f"{names[i]}={p}" if i < len(names) else p for i, p in enumerate(parts)]
-        return f"{d.__module__}.{d.__name__}({', '.join(items)})"
-    cd: CustomData = d
-    return f"CustomNode({cd.info.nodetype.__name__}[{cd.aux_text()}], [{inner}])"
+        if i < len(names):
+            out.append(f"{names[i]}=")
 
 
 def table_str(codes: list[int], data: list[Any]) -> str:
-    """The JAX-style string of a node table (without the ``PyTreeDef(...)`` wrapper)."""
+    """The JAX-style string of a node table (without the ``PyTreeDef(...)`` wrapper).
+
+    Emitted as a flat list of pieces in one pre-order pass, so its cost is linear in the size
+    of the result whatever the depth.
+    """
+    out: list[str] = []
     st_code: list[int] = []
     st_data: list[Any] = []
-    st_parts: list[list[str]] = []
+    st_next: list[int] = []  # index of the next child of each open node
     di = 0
-    s = ""
     for c in codes:
+        if st_code:
+            i = st_next[-1]
+            if i > 0:
+                out.append(", ")
+            _child_prefix(out, st_code[-1], st_data[-1], i)
+            st_next[-1] = i + 1
         if c == LEAF:
-            s = "*"
+            out.append("*")
         else:
             d = data[di]
             di += 1
-            if c >> SHIFT == 0:
-                s = _node_str(c, d, [])
-            else:
+            _open(out, c, d)
+            if c >> SHIFT != 0:
                 st_code.append(c)
                 st_data.append(d)
-                st_parts.append([])
+                st_next.append(0)
                 continue
-        while st_parts:
-            parts = st_parts[-1]
-            parts.append(s)
-            top = st_code[-1]
-            if len(parts) < top >> SHIFT:
-                break
-            st_parts.pop()
-            st_code.pop()
-            s = _node_str(top, st_data.pop(), parts)
-        if not st_parts:
-            return s
-    return s
+            _close(out, c, d)
+        while st_code and st_next[-1] == st_code[-1] >> SHIFT:
+            _close(out, st_code.pop(), st_data.pop())
+            st_next.pop()
+    return "".join(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -503,7 +526,7 @@ def table_str(codes: list[int], data: list[Any]) -> str:
 
 def _encode(d: Any) -> Any:
     if isinstance(d, DictData):
-        return ("dict", d.keys, d.order, d.factory)
+        return ("dict", tuple(d.keys), d.order, d.factory)
     if isinstance(d, CustomData):
         return ("custom", d.info.nodetype, d.aux)
     return d
@@ -542,7 +565,7 @@ def _decode(kind: int, arity: int, d: Any) -> Any:
             raise _bad("dict keys are not in sorted order")
         if factory is not None and (kind != DEFAULTDICT or not callable(factory)):
             raise _bad("only a defaultdict node has a (callable) default_factory")
-        return DictData(keys, order, factory)
+        return DictData(list(keys), order, factory)
     if kind == NAMEDTUPLE or kind == STRUCTSEQ:
         ok = isinstance(d, type) and (_is_namedtuple_type(d) if kind == NAMEDTUPLE else _is_structseq_type(d))
         if not ok:

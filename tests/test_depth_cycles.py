@@ -1,0 +1,328 @@
+"""Depth and cycles.
+
+Very deep trees either work or raise RecursionError, never crash; 100,000 levels must work.
+Cycles raise an error that says "cycle" and names the key path where the cycle closes.
+
+The risky probes run in a fresh interpreter (``helpers.run_python``): a segfault or a C stack
+overflow then fails the test instead of killing pytest.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import spruce.tree as st
+from helpers import run_python
+
+pytestmark = pytest.mark.subprocess
+
+DEPTH_PRELUDE = """
+import json, pickle, resource, signal, sys
+import spruce.tree as st
+
+# a memory blow-up shows as MemoryError (a failure) instead of the OOM killer taking the machine
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+class ProbeTimeout(Exception):
+    pass
+
+def _on_alarm(signum, frame):
+    raise ProbeTimeout()
+
+signal.signal(signal.SIGALRM, _on_alarm)
+PROBE_SECONDS = 30  # a linear-time operation needs a few seconds at 1,000,000 levels
+
+def probe(name, f):
+    signal.alarm(PROBE_SECONDS)
+    try:
+        result = f()
+    except RecursionError as e:
+        print(json.dumps([name, "RecursionError"]), flush=True)
+        return None
+    except MemoryError:
+        print(json.dumps([name, "MemoryError"]), flush=True)
+        return None
+    except ProbeTimeout:
+        print(json.dumps([name, f"Timeout after {PROBE_SECONDS} s"]), flush=True)
+        return None
+    finally:
+        signal.alarm(0)
+    print(json.dumps([name, "ok", result]), flush=True)
+    return result
+
+def chain_depth(y, kinds):
+    # iterative: how many wrappers of the given kinds, and what sits at the bottom
+    d = 0
+    while True:
+        if type(y) is list and len(y) == 1 and "list" in kinds:
+            y = y[0]
+        elif type(y) is tuple and len(y) == 1 and "tuple" in kinds:
+            y = y[0]
+        elif type(y) is dict and list(y) == ["k"] and "dict" in kinds:
+            y = y["k"]
+        else:
+            return d, repr(y)
+        d += 1
+"""
+
+PROBES = """
+try:
+    leaves, td = st.flatten(x)
+    print(json.dumps(["flatten", "ok"]), flush=True)
+except RecursionError:
+    td = None
+    print(json.dumps(["flatten", "RecursionError"]), flush=True)
+if td is not None:
+    probe("counts", lambda: [len(leaves), leaves[:1], td.num_leaves, td.num_nodes])
+    probe("unflatten", lambda: chain_depth(st.unflatten(td, ["new"]), KINDS))
+    probe("map", lambda: chain_depth(st.map(lambda v: ("m", v), x), KINDS))
+    probe("leaves", lambda: st.leaves(x))
+    probe("iter", lambda: list(st.iter(x)))
+    probe("structure_eq", lambda: st.structure(x) == td)
+    probe("hash", lambda: isinstance(hash(td), int))
+    if WITH_REPR:
+        probe("repr_len", lambda: len(repr(td)))
+    probe("pickle", lambda: pickle.loads(pickle.dumps(td)) == td)
+    probe("flatten_up_to", lambda: td.flatten_up_to(x))
+    probe("map2", lambda: chain_depth(st.map(lambda a, b: a + b, x, x), KINDS))
+    if WITH_PATHS:
+        if probe("paths", lambda: [len(p) for p, _ in st.leaves_with_path(x)]) is not None:
+            probe("treedef_paths", lambda: [len(p) for p in td.paths()])
+print(json.dumps(["done"]))
+"""
+
+
+def _run_depth(
+    build: str, with_paths: bool, with_repr: bool = True, timeout: float = 300
+) -> dict[str, Any]:
+    code = DEPTH_PRELUDE + build + f"WITH_PATHS = {with_paths}\nWITH_REPR = {with_repr}\n" + PROBES
+    proc = run_python(code, timeout=timeout)
+    assert proc.returncode == 0, f"interpreter died (rc={proc.returncode}): {proc.stderr[-2000:]}"
+    out = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert out[-1] == ["done"], proc.stdout[-2000:]
+    return {row[0]: row[1:] for row in out[:-1]}
+
+
+BUILD_LIST = """
+N = {n}
+KINDS = ("list",)
+x = [1]
+for _ in range(N):
+    x = [x]
+"""
+
+BUILD_MIXED = """
+N = {n}
+KINDS = ("list", "tuple", "dict")
+x = [1]
+for i in range(N):
+    x = ({{"k": x}}, [x], (x,))[i % 3]
+"""
+
+
+def _expected(depth_wrappers: int, node_count: int) -> dict[str, Any]:
+    return {
+        "counts": [1, [1], 1, node_count],
+        "unflatten": [depth_wrappers, "'new'"],
+        "map": [depth_wrappers, "('m', 1)"],
+        "leaves": [1],
+        "iter": [1],
+        "structure_eq": True,
+        "hash": True,
+        "pickle": True,
+        "flatten_up_to": [1],
+        "map2": [depth_wrappers, "2"],
+    }
+
+
+@pytest.mark.parametrize("build", [BUILD_LIST, BUILD_MIXED], ids=["lists", "dict-list-tuple"])
+def test_100k_deep_round_trips(build: str) -> None:
+    n = 100_000
+    got = _run_depth(build.format(n=n), with_paths=False)
+    expected = _expected(n + 1, n + 2)
+    assert got["flatten"] == ["ok"]
+    for name, want in expected.items():
+        assert got.get(name) == ["ok", want], (name, got.get(name))
+    assert got["repr_len"][0] == "ok"
+
+
+def test_100k_deep_key_paths() -> None:
+    # One leaf 100,001 levels down: its key path has 100,001 entries.  Building it must not
+    # need a path per node (quadratic: ~40 GB here); the subprocess is capped at 2 GB.
+    n = 100_000
+    got = _run_depth(BUILD_LIST.format(n=n), with_paths=True)
+    assert got["paths"] == ["ok", [n + 1]]
+    assert got["treedef_paths"] == ["ok", [n + 1]]
+
+
+def test_1m_deep_list_flattens_or_raises_recursion_error_never_crashes() -> None:
+    n = 1_000_000
+    # (repr is checked at 100,000 levels; at 1,000,000 it is only slow, not unsafe)
+    got = _run_depth(BUILD_LIST.format(n=n), with_paths=True, with_repr=False, timeout=600)
+    if got["flatten"] == ["RecursionError"]:
+        return
+    expected = _expected(n + 1, n + 2)
+    expected["paths"] = [n + 1]
+    expected["treedef_paths"] = [n + 1]
+    for name, want in expected.items():
+        # each operation either works (with the right answer) or raises RecursionError
+        assert got.get(name) in (["ok", want], ["RecursionError"]), (name, got.get(name))
+
+
+def test_1m_deep_empty_list_chain() -> None:
+    # the spec's construction, verbatim: x = [] ; for _ in range(10**6): x = [x]
+    code = """
+    import spruce.tree as st
+    x = []
+    for _ in range(10**6):
+        x = [x]
+    try:
+        leaves, td = st.flatten(x)
+        print("ok", len(leaves), td.num_nodes, td.num_leaves)
+    except RecursionError:
+        print("RecursionError")
+    """
+    proc = run_python(code, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() in ("ok 0 1000001 0", "RecursionError")
+
+
+def test_deep_is_leaf_and_paths_in_process_moderate_depth() -> None:
+    x: Any = "bottom"
+    for _ in range(5000):
+        x = {"k": [x]}
+    seen = []
+    leaves = st.leaves(x, is_leaf=lambda v: seen.append(1) or v == "bottom")
+    assert leaves == ["bottom"]
+    assert len(seen) == 10_001
+    ((path, leaf),) = st.leaves_with_path(x)
+    assert leaf == "bottom" and len(path) == 10_000
+    assert st.keystr(path[:4]) == "['k'][0]['k'][0]"
+
+
+def test_shared_subtrees_are_not_cycles() -> None:
+    shared = [1, {"a": 2}]
+    tree = [shared, (shared, {"x": shared})]
+    assert st.leaves(tree) == [1, 2, 1, 2, 1, 2]
+    # a shared node appearing at many depths of a deep tree
+    x: Any = "end"
+    for _ in range(3000):
+        x = [x, shared]
+    leaves = st.leaves(x)
+    assert leaves[0] == "end" and len(leaves) == 1 + 3000 * 2
+    assert st.map(lambda v: v, x)[1] == shared
+
+
+# -------------------------------------------------------------------------------- cycles
+
+CYCLES_SCRIPT = """
+import dataclasses, json
+import spruce.tree as st
+
+@dataclasses.dataclass
+class Node:
+    x: object
+    y: object
+
+st.register_dataclass(Node)
+
+def make():
+    a = []
+    a.append(a)
+    d = {}
+    d["k"] = d
+    t = ([1, None],)
+    t[0][1] = t
+    m = {"a": [1, (2, [])]}
+    m["a"][1][1].append(m)
+    n = Node(1, None)
+    n.y = [n]
+    deep_then_cycle = {"top": [0]}
+    cur = deep_then_cycle["top"]
+    for _ in range(3000):
+        nxt = [0]
+        cur.append(nxt)
+        cur = nxt
+    cur.append(deep_then_cycle)
+    return {
+        "list_self": a,
+        "dict_self": d,
+        "tuple_list_mix": t,
+        "nested_mix": m,
+        "dataclass": n,
+        "deep_then_cycle": deep_then_cycle,
+    }
+
+ops = {
+    "flatten": lambda t: st.flatten(t),
+    "leaves": lambda t: st.leaves(t),
+    "structure": lambda t: st.structure(t),
+    "map": lambda t: st.map(lambda v: v, t),
+    "flatten_with_path": lambda t: st.flatten_with_path(t),
+    "iter": lambda t: list(st.iter(t)),
+    "none_is_leaf": lambda t: st.flatten(t, none_is_leaf=True),
+}
+for case, tree in make().items():
+    for op, f in ops.items():
+        try:
+            f(tree)
+            row = [case, op, "no error", ""]
+        except Exception as e:
+            ok_type = isinstance(e, (ValueError, RecursionError))
+            row = [case, op, type(e).__name__ if ok_type else "WRONG:" + type(e).__name__, str(e)]
+        print(json.dumps(row), flush=True)
+print(json.dumps(["done"]))
+"""
+
+CYCLE_PATHS = {
+    "list_self": "[0]",
+    "dict_self": "['k']",
+    "tuple_list_mix": "[0][1]",
+    "nested_mix": "['a'][1][1][0]",
+    "dataclass": ".y[0]",
+    "deep_then_cycle": "['top']" + "[1]" * 3001,
+}
+
+
+def _cycle_rows() -> list[list[str]]:
+    proc = run_python(CYCLES_SCRIPT, timeout=300)
+    assert proc.returncode == 0, f"interpreter died (rc={proc.returncode}): {proc.stderr[-2000:]}"
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert rows[-1] == ["done"]
+    return rows[:-1]
+
+
+_ROWS: list[list[str]] | None = None
+
+
+def _rows_for(case: str) -> list[list[str]]:
+    global _ROWS
+    if _ROWS is None:
+        _ROWS = _cycle_rows()
+    return [r for r in _ROWS if r[0] == case]
+
+
+@pytest.mark.parametrize("case", list(CYCLE_PATHS))
+def test_cycles_raise_naming_cycle_and_closing_path(case: str) -> None:
+    rows = _rows_for(case)
+    assert len(rows) == 7
+    path = CYCLE_PATHS[case]
+    for _, op, kind, msg in rows:
+        assert kind in ("ValueError", "RecursionError") or kind.startswith("RecursionError"), (
+            op,
+            kind,
+            msg[:300],
+        )
+        assert "cycle" in msg.lower(), (op, msg[:300])
+        if case == "deep_then_cycle":
+            # a 3,000-level path may be shortened in the message; its start must be there
+            assert "['top'][1][1]" in msg, (op, msg[:300])
+            assert len(msg) < 20_000, (op, len(msg))
+        else:
+            assert path in msg, (op, msg)
+            # the path where the cycle first closes, not a path that went round it again
+            assert path + path not in msg, (op, msg)
+
