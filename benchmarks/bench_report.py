@@ -304,7 +304,7 @@ def markdown(res: Results, chart_name: str | None) -> str:
                   "some growth at 10^5–10^6 comes from caches, for every library. jax's chain runs in a subprocess with the "
                   "recursion limit raised past the depth.", ""]
         lines += scaling_section(res.scaling)
-        lines += res.scaling.notes
+        lines += [f"{note}" for note in res.scaling.notes]
     if res.memory is not None:
         lines += ["", "## Memory", ""]
         lines += memory_section(res.memory)

@@ -90,30 +90,49 @@ class ScalingResult:
     notes: list[str] = field(default_factory=list)
 
 
+def spruce_deep_threshold() -> int | None:
+    """spruce's depth past which walks start cycle detection (``_errors.DEEP``), if exposed.
+
+    The chain is also timed at this depth and one level less, to show the cost of the guard.
+    """
+    try:
+        from spruce._tree import _errors
+
+        deep = getattr(_errors, "DEEP", None)
+    except ImportError:
+        return None
+    return int(deep) if isinstance(deep, int) else None
+
+
+def _interleave_sizes(trees: dict[int, Any], libs: list[str], fns: dict[str, dict[str, Any]], rounds: int, target: float, res: ScalingResult, shape: str) -> None:
+    """Per op, one interleaved run over every (size, library): drift hits every size alike,
+    so the shape of the per-leaf curve is not an artefact of when each size ran."""
+    timers = {(n, lib): _timers(fns[lib], tree) for n, tree in trees.items() for lib in libs}
+    for op in SCALING_OPS:
+        series = interleave({f"{lib}@{n}": t[op] for (n, lib), t in timers.items()}, rounds, target)
+        for n, lib in timers:
+            res.times[(shape, n, lib, op)] = series.median(f"{lib}@{n}")
+
+
 def run_scaling(sizes: list[int], depths: list[int], with_jax: bool, rounds: int, target: float, log: Callable[[str], None]) -> ScalingResult:
-    """Time the scaling ops; spruce and jax interleaved in process except jax's chain."""
+    """Time the scaling ops: spruce and jax interleaved in process, except jax's chain."""
     res = ScalingResult()
     libs = ["spruce"] + (["jax"] if with_jax else [])
     fns = {lib: _lib_fns(lib) for lib in libs}
     for shape in ("flat list", "balanced tree"):
-        for n in sizes:
-            tree = build_shape(shape, n)
-            timers = {lib: _timers(fns[lib], tree) for lib in libs}
-            for op in SCALING_OPS:
-                series = interleave({lib: timers[lib][op] for lib in libs}, rounds, target)
-                for lib in libs:
-                    res.times[(shape, n, lib, op)] = series.median(lib)
-            del tree, timers
-            gc.collect()
-            log(f"  scaling {shape} n={n:,} done")
-    for d in depths:
-        tree = build_shape("chain", d)
-        timers = _timers(fns["spruce"], tree)
-        for op in SCALING_OPS:
-            res.times[("chain", d, "spruce", op)] = interleave({"spruce": timers[op]}, rounds, target).median("spruce")
-        del tree, timers
+        _interleave_sizes({n: build_shape(shape, n) for n in sizes}, libs, fns, rounds, target, res, shape)
         gc.collect()
-        log(f"  scaling chain depth={d:,} (spruce) done")
+        log(f"  scaling {shape} done")
+    deep = spruce_deep_threshold()
+    if deep is not None and depths[0] < deep <= depths[-1]:
+        depths = sorted(set(depths) | {deep - 1, deep})
+        res.notes.append(
+            f"spruce starts cycle detection once a walk is deeper than {deep:,} levels (`spruce._tree._errors.DEEP`); "
+            f"the chain is timed at depths {deep - 1:,} and {deep:,} to show what that costs per level."
+        )
+    _interleave_sizes({d: build_shape("chain", d) for d in depths}, ["spruce"], fns, rounds, target, res, "chain")
+    gc.collect()
+    log("  scaling chain (spruce) done")
     if with_jax:
         task = {"task": "chain", "lib": "jax", "depths": depths, "rounds": rounds, "target": target}
         lines, rc, err = run_worker(task, timeout=900)

@@ -62,8 +62,8 @@ class Settings:
         self.target = 0.002 if quick else 0.02  # seconds per sample
         self.scaling_sizes = [10, 100, 1_000, 10_000] if quick else [10, 100, 1_000, 10_000, 100_000, 1_000_000]
         self.scaling_depths = [10, 100, 1_000] if quick else [10, 100, 1_000, 10_000, 100_000]
-        self.scaling_rounds = 3 if quick else 5
-        self.scaling_target = 0.002 if quick else 0.05
+        self.scaling_rounds = 3 if quick else 7
+        self.scaling_target = 0.002 if quick else 0.03
         self.memory_n = 100_000 if quick else 1_000_000
         self.memory_shapes = ["balanced tree"] if quick else ["flat list", "balanced tree"]
 

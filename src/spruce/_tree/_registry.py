@@ -647,7 +647,7 @@ def is_tree_node(typ: Any) -> bool:
 EMPTY: Final[list[Any]] = []
 
 
-def dict_data(d: Any, factory: Any) -> tuple[DictData, list[Any]]:
+def dict_data(d: dict[Any, Any], factory: Any) -> tuple[DictData, list[Any]]:
     """Node data and children (in sorted key order) of a dict or defaultdict."""
     try:
         keys = sorted(d)
