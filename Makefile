@@ -22,7 +22,9 @@ $(VENV)/.deps: pyproject.toml $(VENV)/.created
 	touch $@
 
 # The compiled build: mypyc compiles src/spruce/_tree into C extensions, installed into the venv.
+# (build/ is removed first: setuptools and mypyc reuse stale objects from it otherwise.)
 build-compiled: $(VENV)/.deps
+	rm -rf build
 	$(PIP) install --no-build-isolation --no-deps --force-reinstall .
 
 demo: build-compiled

@@ -645,6 +645,7 @@ def is_tree_node(typ: Any) -> bool:
 # expand / build: one node apart and back together.
 
 EMPTY: Final[list[Any]] = []
+_ABSENT: Final = object()
 
 
 def dict_data(d: dict[Any, Any], factory: Any) -> tuple[DictData, list[Any]]:
@@ -749,6 +750,46 @@ def expand_with_keys(x: Any, none_is_leaf: bool) -> tuple[int, Any, list[Any], l
     if code == LEAF or not ch:
         return code, data, ch, EMPTY
     return code, data, ch, child_keys(x, code, data, len(ch))
+
+
+def match_children(code: int, data: Any, y: Any, none_is_leaf: bool) -> list[Any] | None:
+    """The children of ``y`` in the order of a node (code, data) it should match, or None when
+    it does not match (different kind, length, keys or node data).
+
+    Exact lists, tuples and dicts are checked without sorting ``y``'s keys: same length and
+    every key present means the same key set.
+    """
+    kind = code & MASK
+    n = code >> SHIFT
+    t = type(y)
+    if kind == LIST:
+        if t is list and len(y) == n:
+            lst: list[Any] = y
+            return lst
+        return None
+    if kind == TUPLE:
+        if t is tuple and len(y) == n:
+            return list(y)
+        return None
+    if kind == DICT:
+        if t is dict and len(y) == n:
+            yd: dict[Any, Any] = y
+            out: list[Any] = []
+            for k in data.keys:
+                v = yd.get(k, _ABSENT)
+                if v is _ABSENT:
+                    return None
+                out.append(v)
+            return out
+        return None
+    if kind == NONE:
+        return EMPTY if y is None else None
+    ycode, ydata, ych = expand(y, none_is_leaf)
+    if ycode != code:
+        return None
+    if data is not ydata and not bool(data == ydata):
+        return None
+    return ych
 
 
 def rebuild(code: int, data: Any, children: list[Any], original: Any) -> Any:

@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterator
 
 from ._errors import DEEP, DeepGuard, mismatch_error
 from ._keys import keystr  # noqa: F401  (used by the map_with_path doctest)
-from ._registry import LEAF, SHIFT, build, expand, expand_with_keys, rebuild
-from ._treedef import PyTreeDef, _data_eq
+from ._registry import LEAF, SHIFT, build, expand, expand_with_keys, match_children, rebuild
+from ._treedef import PyTreeDef
 
 IsLeaf = Callable[[Any], Any] | None
 
@@ -298,6 +298,8 @@ def map(f: Callable[..., Any], tree: Any, *rest: Any, is_leaf: IsLeaf = None, no
     """
     if not rest:
         return _map1(f, tree, is_leaf, none_is_leaf)
+    if len(rest) == 1:
+        return _map2(f, tree, rest[0], is_leaf, none_is_leaf)
     return _mapn(f, tree, list(rest), is_leaf, none_is_leaf, False)
 
 
@@ -373,6 +375,78 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
             return outs[0]
 
 
+def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is_leaf: bool) -> Any:
+    """``map`` with exactly one tree in ``rest`` (the common case: params and grads)."""
+    seq: list[Any] = [tree]
+    oseq: list[Any] = [other]
+    st_oseq: list[list[Any]] = []
+    pos = 0
+    n = 1
+    outs: list[Any] = []
+    st_seq: list[list[Any]] = []
+    st_pos: list[int] = []
+    st_node: list[Any] = []
+    st_outs: list[list[Any]] = []
+    st_code: list[int] = []
+    st_data: list[Any] = []
+    guard: DeepGuard | None = None
+    leaf_type: object = None  # the type of the last leaf seen: most leaves share it
+    while True:
+        if pos < n:
+            x = seq[pos]
+            y = oseq[pos]
+            pos += 1
+            if is_leaf is not None and is_leaf(x):
+                outs.append(f(x, y))
+                continue
+            t = type(x)
+            if t is leaf_type:
+                outs.append(f(x, y))
+                continue
+            code, d, ch = expand(x, none_is_leaf)
+            if code == LEAF:
+                leaf_type = t
+                outs.append(f(x, y))
+                continue
+            ych = match_children(code, d, y, none_is_leaf)
+            if ych is None:
+                raise mismatch_error(
+                    "map", st_node + [x], st_pos + [pos], none_is_leaf, code, d, y, "tree #2 (rest[0])"
+                )
+            if code >> SHIFT == 0:
+                outs.append(build(code, d, []))
+                continue
+            st_seq.append(seq)
+            st_oseq.append(oseq)
+            st_pos.append(pos)
+            st_node.append(x)
+            st_outs.append(outs)
+            st_code.append(code)
+            st_data.append(d)
+            if len(st_node) >= DEEP:
+                if guard is None:
+                    guard = DeepGuard(st_node)
+                guard.enter(st_node, st_pos, none_is_leaf)
+            seq = ch
+            oseq = ych
+            pos = 0
+            n = len(ch)
+            outs = []
+        elif st_seq:
+            node = st_node.pop()
+            built = rebuild(st_code.pop(), st_data.pop(), outs, node)
+            seq = st_seq.pop()
+            oseq = st_oseq.pop()
+            pos = st_pos.pop()
+            outs = st_outs.pop()
+            n = len(seq)
+            outs.append(built)
+            if guard is not None:
+                guard.exit(node)
+        else:
+            return outs[0]
+
+
 def _mapn(
     f: Callable[..., Any], tree: Any, rest: list[Any], is_leaf: IsLeaf, none_is_leaf: bool, with_path: bool
 ) -> Any:
@@ -414,8 +488,8 @@ def _mapn(
             children: list[list[Any]] = []
             for j in range(nrest):
                 y = ys[j]
-                ycode, ydata, ych = expand(y, none_is_leaf)
-                if ycode != code or not _data_eq(d, ydata):
+                ych = match_children(code, d, y, none_is_leaf)
+                if ych is None:
                     raise mismatch_error(
                         "map",
                         st_node + [x],
