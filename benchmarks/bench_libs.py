@@ -305,7 +305,7 @@ def discover(src: Path | None) -> tuple[list[Library], list[str]]:
     libs.append(Library("spruce", _version("spruce") + (" (compiled)" if spruce.__compiled__ else " (NOT compiled)"), spruce.tree, _spruce, is_spruce=True))
     if src is not None:
         pure = load_pure_spruce(src)
-        libs.append(Library("spruce-pure", f"{pure.__version__} (uncompiled source {src / 'spruce'})", pure.tree, _spruce, is_spruce=True))
+        libs.append(Library("spruce-pure", f"{pure.__version__} (uncompiled: the source tree's src/spruce, imported as spruce_pure)", pure.tree, _spruce, is_spruce=True))
 
     def peer(name: str, modname: str, dist: str, make: Callable[[Any, TreeCase, Any, Any], dict[str, Cell]]) -> None:
         try:

@@ -240,7 +240,9 @@ def growth_factor(sc: ScalingResult, shape: str, lib: str, op: str) -> tuple[flo
     top = sizes[-1]
     if top <= base:
         return None
-    per = lambda n: sc.times[(shape, n, lib, op)] / n  # noqa: E731
+    def per(n: int) -> float:
+        return sc.times[(shape, n, lib, op)] / n
+
     return per(top) / per(base), base, top
 
 
@@ -273,14 +275,14 @@ def markdown(res: Results, chart_name: str | None) -> str:
         "",
         "## Setup",
         "",
-        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['memory']}; {m['platform']}; load average at start {m['load']}",
-        f"- Python {m['python']}",
+        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['memory']}; {m['platform']}; load average {m['load']} at start, {m.get('load_end', '?')} at the end (other tenants share the machine: hence ratios)",
+        f"- Python {m['python']}; spruce source: {m.get('source', '?')}",
     ]
     for lib in res.libs:
         lines.append(f"- {lib.name} {lib.version}")
     if res.missing:
         lines.append(f"- not installed (skipped): {', '.join(res.missing)}")
-    lines.append(f"- {st['rounds']} rounds per (tree, op), samples of ~{st['target'] * 1e3:g} ms, mode: {st['mode']}")
+    lines.append(f"- {st['rounds']} rounds per (tree, op), samples of ~{st['target'] * 1e3:g} ms, mode: {st['mode']}; the run took {m.get('minutes', '?')} min")
     lines.append("")
     if chart_name:
         lines += [f"![ratios]({chart_name})", ""]
@@ -301,14 +303,16 @@ def markdown(res: Results, chart_name: str | None) -> str:
     if res.scaling is not None:
         lines += ["", "## Scaling", "",
                   "Median time per call divided by the number of leaves (per level for the chain). A flat row means linear cost; "
-                  "some growth at 10^5–10^6 comes from caches, for every library. jax's chain runs in a subprocess with the "
-                  "recursion limit raised past the depth.", ""]
+                  "some growth at 10^5–10^6 comes from caches, for every library. Everything here runs in one fresh subprocess, "
+                  "every (size, library) of a (shape, op) interleaved. jax's chain depths are first probed in another "
+                  "subprocess with Python's recursion limit raised past the depth; a depth where jax crashes is reported, not timed.", ""]
         lines += scaling_section(res.scaling)
         lines += [f"{note}" for note in res.scaling.notes]
     if res.memory is not None:
         lines += ["", "## Memory", ""]
         lines += memory_section(res.memory)
     lines += ["", "## Method", ""]
+    lines += ["- Ops: " + "; ".join(f"`{op}`: {OP_TITLES[op]}" for op in OPS) + "."]
     lines += [
         "- For each (tree, op), each library's call is calibrated so one sample lasts ~"
         f"{st['target'] * 1e3:g} ms; then {st['rounds']} rounds run, each taking one sample per library in an order "
@@ -318,7 +322,7 @@ def markdown(res: Results, chart_name: str | None) -> str:
         "the lowest median. Geometric means are over trees.",
         "- Mapped functions are trivial (`lambda x: x`, `lambda x, y: x`), the fold counts leaves: library "
         "overhead is what is timed. `treedef_eq` compares two equal, distinct treedefs; `treedef_hash` hashes the "
-        "same treedef repeatedly (spruce caches the hash after the first call; jax, optree and torch recompute it).",
+        "same treedef repeatedly (spruce caches the hash after the first call, so its figure is a cache hit).",
         "- Nearest equivalents: dm-tree `flatten`/`leaves` → `tree.flatten` (leaves only, no structure object), "
         "`unflatten` → `tree.unflatten_as(tree, leaves)`, `map`/`map2` → `map_structure`, `flatten_with_path` → "
         "`flatten_with_path`; it has no structure object, fold or custom nodes (n/a). torch.utils._pytree has no "
@@ -366,7 +370,7 @@ def chart(res: Results, path: Path) -> bool:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         from matplotlib.colors import TwoSlopeNorm
-        from matplotlib.ticker import FuncFormatter, NullFormatter
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     except ImportError:
         return False
     import numpy as np
@@ -422,9 +426,9 @@ def chart(res: Results, path: Path) -> bool:
                 if not math.isnan(v):
                     axb.text(xi, max(v, floor) * 1.08, fmt_ratio(v), ha="center", va="bottom", fontsize=8, rotation=90)
     for j, op in enumerate(OPS):
-        t = TARGETS.get(op)
-        if t is not None:
-            axb.plot([j - 0.45, j + 0.45], [t.geomean_max] * 2, color="red", lw=1.8, ls="--")
+        target = TARGETS.get(op)
+        if target is not None:
+            axb.plot([j - 0.45, j + 0.45], [target.geomean_max] * 2, color="red", lw=1.8, ls="--")
     axb.axhline(1.0, color="gray", lw=0.8)
     axb.set_yscale("log")
     axb.set_ylim(floor * 0.8, 40)
@@ -455,6 +459,7 @@ def chart(res: Results, path: Path) -> bool:
             axc.set_title(f"Scaling, {shape} (flat line = linear cost)", fontsize=11)
             axc.legend(fontsize=8)
             axc.grid(True, which="both", alpha=0.25)
+            axc.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
             axc.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             axc.yaxis.set_minor_formatter(NullFormatter())
     m = res.machine

@@ -1,13 +1,17 @@
 """Scaling (time per leaf / per level against size) and peak memory of flatten.
 
 Scaling.  flatten, unflatten, map and flatten_with_path are timed for spruce and jax on a flat
-list and a balanced tree (branching 10, alternating dict/list levels) of 10 .. 1,000,000
-leaves, interleaved per size as in :mod:`bench_timing`, and reported as nanoseconds per leaf:
-a linear-cost implementation gives a flat curve.  The chain (nested single-element lists)
-goes from depth 10 to 100,000 and is reported per level.  jax recurses in C++ on the chain, so
-its chain runs in a subprocess (with Python's recursion limit raised past the depth, since at
-the default limit jax raises at depth ~1,000), where a crash only ends that subprocess and is
-reported as such.
+list and a balanced tree (branching 10, list and dict levels) of 10 .. 1,000,000 leaves, and on
+a chain (nested single-element lists) of depth 10 .. 100,000, and reported as nanoseconds per
+leaf (per level for the chain): a linear-cost implementation gives a flat curve.  For each
+(shape, op) one interleaved run (as in :mod:`bench_timing`) covers every (size, library), so
+machine drift hits every size alike and does not bend the curves.
+
+All of it runs in one fresh subprocess (a clean heap, not the one left by the ratio table).
+jax recurses in C++ on the chain, so before that a probe subprocess runs jax's chain ops at
+each depth, with Python's recursion limit raised past the depth (at the default limit jax
+raises at depth ~1,000); the depths where the probe crashed are left out of the timing run and
+reported as crashes.
 
 Memory.  The peak extra memory of one flatten of a 1,000,000-leaf tree is measured in a fresh
 subprocess per (library, tree): the process builds the tree, collects garbage, resets the
@@ -104,25 +108,51 @@ def spruce_deep_threshold() -> int | None:
     return int(deep) if isinstance(deep, int) else None
 
 
-def _interleave_sizes(trees: dict[int, Any], libs: list[str], fns: dict[str, dict[str, Any]], rounds: int, target: float, res: ScalingResult, shape: str) -> None:
-    """Per op, one interleaved run over every (size, library): drift hits every size alike,
-    so the shape of the per-leaf curve is not an artefact of when each size ran."""
-    timers = {(n, lib): _timers(fns[lib], tree) for n, tree in trees.items() for lib in libs}
+def _interleave_sizes(trees: dict[int, Any], libs_at: Callable[[int], list[str]], fns: dict[str, dict[str, Any]], rounds: int, target: float, shape: str) -> None:
+    """Per op, one interleaved run over every (size, library); prints one JSON line per result."""
+    timers = {(n, lib): _timers(fns[lib], tree) for n, tree in trees.items() for lib in libs_at(n)}
     for op in SCALING_OPS:
         series = interleave({f"{lib}@{n}": t[op] for (n, lib), t in timers.items()}, rounds, target)
         for n, lib in timers:
-            res.times[(shape, n, lib, op)] = series.median(f"{lib}@{n}")
+            print(json.dumps({"shape": shape, "n": n, "lib": lib, "op": op, "time": series.median(f"{lib}@{n}")}), flush=True)
+
+
+def _scaling_worker(task: dict[str, Any]) -> None:
+    libs: list[str] = task["libs"]
+    fns = {lib: _lib_fns(lib) for lib in libs}
+    for shape in ("flat list", "balanced tree"):
+        _interleave_sizes({n: build_shape(shape, n) for n in task["sizes"]}, lambda n: libs, fns, task["rounds"], task["target"], shape)
+        gc.collect()
+        print(json.dumps({"log": f"scaling {shape} done"}), flush=True)
+    jax_depths = set(task["jax_depths"])
+    if jax_depths:
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), 3 * max(jax_depths) + 1000))
+    _interleave_sizes(
+        {d: build_shape("chain", d) for d in task["depths"]},
+        lambda d: [lib for lib in libs if lib != "jax" or d in jax_depths],
+        fns, task["rounds"], task["target"], "chain",
+    )  # fmt: skip
+    print(json.dumps({"log": "scaling chain done"}), flush=True)
+
+
+def _probe_chain_worker(task: dict[str, Any]) -> None:
+    """Run each scaling op once on each chain depth, deepest last; a crash ends the process."""
+    fns = _lib_fns(task["lib"])
+    for d in task["depths"]:
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), 3 * d + 1000))
+        print(json.dumps({"start": d}), flush=True)
+        try:
+            for timer in _timers(fns, build_shape("chain", d)).values():
+                timer.timeit(1)
+        except Exception as e:
+            print(json.dumps({"error": d, "why": f"raises {type(e).__name__}"}), flush=True)
+            continue
+        print(json.dumps({"ok": d}), flush=True)
 
 
 def run_scaling(sizes: list[int], depths: list[int], with_jax: bool, rounds: int, target: float, log: Callable[[str], None]) -> ScalingResult:
-    """Time the scaling ops: spruce and jax interleaved in process, except jax's chain."""
+    """Probe jax's chain depths, then time everything in one fresh subprocess."""
     res = ScalingResult()
-    libs = ["spruce"] + (["jax"] if with_jax else [])
-    fns = {lib: _lib_fns(lib) for lib in libs}
-    for shape in ("flat list", "balanced tree"):
-        _interleave_sizes({n: build_shape(shape, n) for n in sizes}, libs, fns, rounds, target, res, shape)
-        gc.collect()
-        log(f"  scaling {shape} done")
     deep = spruce_deep_threshold()
     if deep is not None and depths[0] < deep <= depths[-1]:
         depths = sorted(set(depths) | {deep - 1, deep})
@@ -130,32 +160,37 @@ def run_scaling(sizes: list[int], depths: list[int], with_jax: bool, rounds: int
             f"spruce starts cycle detection once a walk is deeper than {deep:,} levels (`spruce._tree._errors.DEEP`); "
             f"the chain is timed at depths {deep - 1:,} and {deep:,} to show what that costs per level."
         )
-    _interleave_sizes({d: build_shape("chain", d) for d in depths}, ["spruce"], fns, rounds, target, res, "chain")
-    gc.collect()
-    log("  scaling chain (spruce) done")
+    jax_depths: list[int] = []
     if with_jax:
-        task = {"task": "chain", "lib": "jax", "depths": depths, "rounds": rounds, "target": target}
-        lines, rc, err = run_worker(task, timeout=900)
+        lines, rc, err = run_worker({"task": "probe_chain", "lib": "jax", "depths": depths}, timeout=600)
         started: int | None = None
         for rec in lines:
             if "start" in rec:
                 started = rec["start"]
+            elif "ok" in rec:
+                jax_depths.append(rec["ok"])
+                started = None
             elif "error" in rec:
-                res.failures[("chain", rec["depth"], "jax")] = rec["error"]
+                res.failures[("chain", rec["error"], "jax")] = rec["why"]
                 started = None
-            elif "done" in rec:
-                started = None
-            else:
-                res.times[("chain", rec["depth"], "jax", rec["op"])] = rec["time"]
         if rc != 0 and started is not None:
-            why = f"crashed (signal {-rc})" if rc < 0 else f"exit {rc}"
-            res.failures[("chain", started, "jax")] = why
+            res.failures[("chain", started, "jax")] = f"crashed (signal {-rc})" if rc < 0 else f"exit {rc}"
             for d in depths:
                 if d > started:
                     res.failures[("chain", d, "jax")] = "not run (crashed at a smaller depth)"
         elif rc != 0:
-            res.notes.append(f"jax chain worker exited {rc}: {err.strip()[-300:]}")
-        log("  scaling chain (jax subprocess) done")
+            res.notes.append(f"jax chain probe exited {rc}: {err.strip()[-300:]}")
+        log(f"  jax chain probe: ok at depths {jax_depths}")
+    task = {"task": "scaling", "libs": ["spruce"] + (["jax"] if with_jax else []), "sizes": sizes, "depths": depths,
+            "jax_depths": jax_depths, "rounds": rounds, "target": target}
+    lines, rc, err = run_worker(task, timeout=1800)
+    for rec in lines:
+        if "time" in rec:
+            res.times[(rec["shape"], rec["n"], rec["lib"], rec["op"])] = rec["time"]
+        elif "log" in rec:
+            log("  " + rec["log"])
+    if rc != 0:
+        res.notes.append(f"the scaling subprocess exited {rc}: {err.strip()[-300:]}")
     return res
 
 
@@ -242,23 +277,6 @@ def _memory_worker(task: dict[str, Any]) -> None:
     print(json.dumps({"bytes": extra}), flush=True)
 
 
-def _chain_worker(task: dict[str, Any]) -> None:
-    fns = _lib_fns(task["lib"])
-    for d in task["depths"]:
-        sys.setrecursionlimit(max(sys.getrecursionlimit(), 3 * d + 1000))
-        print(json.dumps({"start": d}), flush=True)
-        tree = build_shape("chain", d)
-        try:
-            timers = _timers(fns, tree)
-            for op in SCALING_OPS:
-                t = interleave({"x": timers[op]}, task["rounds"], task["target"]).median("x")
-                print(json.dumps({"depth": d, "op": op, "time": t}), flush=True)
-        except Exception as e:
-            print(json.dumps({"depth": d, "error": f"raises {type(e).__name__}"}), flush=True)
-            continue
-        print(json.dumps({"done": d}), flush=True)
-
-
 def run_worker(task: dict[str, Any], timeout: float) -> tuple[list[dict[str, Any]], int, str]:
     """Run this file as a subprocess on ``task``; its JSON output lines, exit code, stderr."""
     start = time.monotonic()
@@ -273,4 +291,4 @@ def run_worker(task: dict[str, Any], timeout: float) -> tuple[list[dict[str, Any
 
 if __name__ == "__main__":
     job = json.loads(sys.argv[1])
-    {"memory": _memory_worker, "chain": _chain_worker}[job["task"]](job)
+    {"memory": _memory_worker, "probe_chain": _probe_chain_worker, "scaling": _scaling_worker}[job["task"]](job)

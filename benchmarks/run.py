@@ -31,6 +31,7 @@ import argparse
 import datetime
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -96,6 +97,16 @@ def machine_info() -> dict[str, str]:
     }
 
 
+def git_state(root: Path) -> str:
+    """The commit the benchmarked source comes from, and whether src/ differs from it."""
+    try:
+        head = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h %s"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "src"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "not a git checkout"
+    return f"commit {head}" + (" (src/ has uncommitted changes)" if dirty else "")
+
+
 def time_cases(libs: list[Library], cases: list[bench_trees.TreeCase], st: Settings, log: Callable[[str], None]) -> tuple[
     dict[tuple[str, str], Series], dict[tuple[str, str, str], str], dict[tuple[str, str], int | None], dict[str, list[str]]
 ]:
@@ -148,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
 
     st = Settings(args.quick)
     t0 = time.monotonic()
+    machine = machine_info()
+    machine["source"] = git_state(ROOT)
 
     def log(msg: str) -> None:
         print(f"[{time.monotonic() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
@@ -180,14 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_scaling:
         log("scaling")
         scaling = bench_scaling.run_scaling(st.scaling_sizes, st.scaling_depths, "jax" in names, st.scaling_rounds, st.scaling_target, log)
-        mem_libs = [n for n in ("spruce", "jax") if n in names] if args.quick else [n for n in names if n in bench_scaling.MEMORY_LIBS]
+        mem_libs: list[str] = [n for n in ("spruce", "jax") if n in names] if args.quick else [n for n in names if n in bench_scaling.MEMORY_LIBS]
         log("memory")
         memory = bench_scaling.run_memory(mem_libs, st.memory_shapes, st.memory_n, log)
 
+    machine["load_end"] = machine_info()["load"]
+    machine["minutes"] = f"{(time.monotonic() - t0) / 60:.1f}"
     command = "python benchmarks/run.py" + (" --quick" if args.quick else "")
     res = bench_report.Results(
         libs=libs, missing=missing, cases=cases, series=series, na=na, leaf_counts=counts,
-        default_limit_failures=limit_failures, machine=machine_info(), scaling=scaling, memory=memory, notes=notes,
+        default_limit_failures=limit_failures, machine=machine, scaling=scaling, memory=memory, notes=notes,
         settings={"rounds": st.rounds, "target": st.target, "mode": "quick" if args.quick else "full", "command": command},
     )  # fmt: skip
     png = outdir / "benchmarks.png"

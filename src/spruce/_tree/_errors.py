@@ -195,38 +195,27 @@ def cycle_error(nodes: list[Any], positions: list[int], none_is_leaf: bool) -> V
 
 
 # ---------------------------------------------------------------------------------------------
-# Depth: walkers are iterative, so depth never touches the C stack; past DEEP levels a walk
-# starts checking for cycles, and past MAX_DEPTH it gives up with RecursionError.
+# Depth: walkers are iterative, so depth never touches the C stack.  A walk that goes deeper
+# than DEEP levels checks its root-to-node path for a repeated object (a cycle) each time its
+# depth reaches a power of two: O(1) amortised per level, and nothing at all for trees
+# shallower than DEEP.  Past MAX_DEPTH it gives up with RecursionError.
 
-DEEP: Final = 1000
+DEEP: Final = 64
 MAX_DEPTH: Final = 10_000_000
 
 
-class DeepGuard:
-    """Cycle detection for one walk, created only when the walk goes deeper than DEEP.
-
-    Holds the ids of every node on the current root-to-node path.  A node that is already on
-    the path contains itself: a cycle.
-    """
-
-    ids: set[int]
-
-    def __init__(self, nodes: list[Any]) -> None:
-        self.ids = set()
-        for node in nodes[:-1]:
-            self.ids.add(id(node))
-
-    def enter(self, nodes: list[Any], positions: list[int], none_is_leaf: bool) -> None:
-        node = nodes[-1]
-        key = id(node)
-        if key in self.ids:
-            raise cycle_error(nodes, positions, none_is_leaf)
-        self.ids.add(key)
-        if len(nodes) > MAX_DEPTH:
-            raise RecursionError(
-                f"pytree is deeper than {MAX_DEPTH:,} levels (at key path length {len(nodes)}); "
-                "spruce walks trees iteratively, but refuses trees this deep"
-            )
-
-    def exit(self, node: Any) -> None:
-        self.ids.discard(id(node))
+def check_deep(nodes: list[Any], positions: list[int], none_is_leaf: bool) -> None:
+    """Called by walkers on every descent at depth >= DEEP; see above."""
+    depth = len(nodes)
+    if depth & (depth - 1):
+        return
+    seen: set[int] = set()
+    for node in nodes:
+        seen.add(id(node))
+    if len(seen) < depth:
+        raise cycle_error(nodes, positions, none_is_leaf)
+    if depth > MAX_DEPTH:
+        raise RecursionError(
+            f"pytree is deeper than {MAX_DEPTH:,} levels; spruce walks trees iteratively, "
+            "but refuses trees this deep"
+        )

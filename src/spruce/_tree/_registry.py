@@ -141,11 +141,24 @@ class NodeInfo:
         if mode == MODE_DATACLASS:
             cls: Any = self.nodetype
             obj = cls.__new__(cls)
+            attrs = getattr(obj, "__dict__", None)
+            if type(attrs) is dict:
+                # Writing the instance dict directly: no __setattr__ (frozen dataclasses), no
+                # per-field attribute lookup.
+                od: dict[str, Any] = attrs
+                fields = self.data_fields
+                for i in range(len(fields)):
+                    od[fields[i]] = children[i]
+                metas = self.meta_fields
+                for i in range(len(metas)):
+                    od[metas[i]] = aux[i]
+            else:
+                setter = object.__setattr__
+                for name, value in zip(self.data_fields, children):
+                    setter(obj, name, value)
+                for name, value in zip(self.meta_fields, aux):
+                    setter(obj, name, value)
             setter = object.__setattr__
-            for name, value in zip(self.data_fields, children):
-                setter(obj, name, value)
-            for name, value in zip(self.meta_fields, aux):
-                setter(obj, name, value)
             for name, default, factory in self.drop_defaults:
                 setter(obj, name, factory() if factory is not None else default)
             return obj

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
-from ._errors import DEEP, DeepGuard, mismatch_error
+from ._errors import DEEP, check_deep, mismatch_error
 from ._keys import keystr  # noqa: F401  (used by the map_with_path doctest)
 from ._registry import LEAF, SHIFT, build, expand, expand_with_keys, match_children, rebuild
 from ._treedef import PyTreeDef
@@ -30,7 +30,6 @@ def flatten_into(
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
     st_node: list[Any] = []
-    guard: DeepGuard | None = None
     leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
@@ -59,19 +58,15 @@ def flatten_into(
             st_pos.append(pos)
             st_node.append(x)
             if len(st_node) >= DEEP:
-                if guard is None:
-                    guard = DeepGuard(st_node)
-                guard.enter(st_node, st_pos, none_is_leaf)
+                check_deep(st_node, st_pos, none_is_leaf)
             seq = ch
             pos = 0
             n = len(ch)
         elif st_seq:
             seq = st_seq.pop()
             pos = st_pos.pop()
-            node = st_node.pop()
+            st_node.pop()
             n = len(seq)
-            if guard is not None:
-                guard.exit(node)
         else:
             return
 
@@ -148,7 +143,6 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
     st_node: list[Any] = []
-    guard: DeepGuard | None = None
     leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
@@ -172,19 +166,15 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
             st_pos.append(pos)
             st_node.append(x)
             if len(st_node) >= DEEP:
-                if guard is None:
-                    guard = DeepGuard(st_node)
-                guard.enter(st_node, st_pos, none_is_leaf)
+                check_deep(st_node, st_pos, none_is_leaf)
             seq = ch
             pos = 0
             n = len(ch)
         elif st_seq:
             seq = st_seq.pop()
             pos = st_pos.pop()
-            node = st_node.pop()
+            st_node.pop()
             n = len(seq)
-            if guard is not None:
-                guard.exit(node)
         else:
             return
 
@@ -222,7 +212,6 @@ def flatten_with_path(
     st_pos: list[int] = [0]  # aligned with st_node, which starts at the root
     st_node: list[Any] = [tree]
     st_keys: list[list[Any]] = []
-    guard: DeepGuard | None = None
     leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
@@ -252,9 +241,7 @@ def flatten_with_path(
             st_keys.append(keys)
             kstack.append(k)
             if len(st_node) >= DEEP:
-                if guard is None:
-                    guard = DeepGuard(st_node)
-                guard.enter(st_node, st_pos, none_is_leaf)
+                check_deep(st_node, st_pos, none_is_leaf)
             seq = ch
             keys = ckeys
             pos = 0
@@ -264,10 +251,8 @@ def flatten_with_path(
             pos = st_pos.pop()
             keys = st_keys.pop()
             kstack.pop()
-            node = st_node.pop()
+            st_node.pop()
             n = len(seq)
-            if guard is not None:
-                guard.exit(node)
         else:
             break
     return out, PyTreeDef(codes, data, len(out), none_is_leaf)
@@ -326,7 +311,6 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
     st_outs: list[list[Any]] = []
     st_code: list[int] = []
     st_data: list[Any] = []
-    guard: DeepGuard | None = None
     leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
@@ -354,9 +338,7 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
             st_code.append(code)
             st_data.append(d)
             if len(st_node) >= DEEP:
-                if guard is None:
-                    guard = DeepGuard(st_node)
-                guard.enter(st_node, st_pos, none_is_leaf)
+                check_deep(st_node, st_pos, none_is_leaf)
             seq = ch
             pos = 0
             n = len(ch)
@@ -369,8 +351,6 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
             outs = st_outs.pop()
             n = len(seq)
             outs.append(built)
-            if guard is not None:
-                guard.exit(node)
         else:
             return outs[0]
 
@@ -389,7 +369,6 @@ def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is
     st_outs: list[list[Any]] = []
     st_code: list[int] = []
     st_data: list[Any] = []
-    guard: DeepGuard | None = None
     leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
@@ -424,9 +403,7 @@ def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is
             st_code.append(code)
             st_data.append(d)
             if len(st_node) >= DEEP:
-                if guard is None:
-                    guard = DeepGuard(st_node)
-                guard.enter(st_node, st_pos, none_is_leaf)
+                check_deep(st_node, st_pos, none_is_leaf)
             seq = ch
             oseq = ych
             pos = 0
@@ -441,8 +418,6 @@ def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is
             outs = st_outs.pop()
             n = len(seq)
             outs.append(built)
-            if guard is not None:
-                guard.exit(node)
         else:
             return outs[0]
 
@@ -466,7 +441,6 @@ def _mapn(
     st_outs: list[list[Any]] = []
     st_code: list[int] = []
     st_data: list[Any] = []
-    guard: DeepGuard | None = None
     leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
@@ -515,9 +489,7 @@ def _mapn(
             st_code.append(code)
             st_data.append(d)
             if len(st_node) >= DEEP:
-                if guard is None:
-                    guard = DeepGuard(st_node)
-                guard.enter(st_node, st_pos, none_is_leaf)
+                check_deep(st_node, st_pos, none_is_leaf)
             seq = ch
             rseqs = children
             keys = ckeys
@@ -536,8 +508,6 @@ def _mapn(
             outs = st_outs.pop()
             n = len(seq)
             outs.append(built)
-            if guard is not None:
-                guard.exit(node)
         else:
             return outs[0]
 

@@ -41,24 +41,24 @@ from ._registry import (
 
 _STATE_VERSION: Final = 1
 _MAX_SIZE: Final = (1 << 62)
-_guard_lock: Final = threading.Lock()
 _active: Final[set[tuple[int, int, int]]] = set()
 
 
 def _enter(kind: int, a: object, b: object) -> bool:
-    """Re-entrancy guard for repr/hash/eq of a PyTreeDef whose node data refers back to it."""
+    """Re-entrancy guard for repr/hash/eq of a PyTreeDef whose node data refers back to it.
+
+    Keyed by thread, so two threads printing one PyTreeDef do not see each other; set
+    operations are atomic under the GIL.
+    """
     key = (threading.get_ident() * 4 + kind, id(a), id(b))
-    with _guard_lock:
-        if key in _active:
-            return False
-        _active.add(key)
+    if key in _active:
+        return False
+    _active.add(key)
     return True
 
 
 def _leave(kind: int, a: object, b: object) -> None:
-    key = (threading.get_ident() * 4 + kind, id(a), id(b))
-    with _guard_lock:
-        _active.discard(key)
+    _active.discard((threading.get_ident() * 4 + kind, id(a), id(b)))
 
 
 class PyTreeDef:
@@ -80,6 +80,7 @@ class PyTreeDef:
     _none_is_leaf: bool
     _hash: int
     _hashed: bool
+    _leafy: list[bool] | None  # see leafy_nodes; computed on first unflatten
 
     def __init__(self, codes: list[int], data: list[Any], num_leaves: int, none_is_leaf: bool) -> None:
         self._codes = codes
@@ -88,6 +89,7 @@ class PyTreeDef:
         self._none_is_leaf = none_is_leaf
         self._hash = 0
         self._hashed = False
+        self._leafy = None
 
     # -- sizes -----------------------------------------------------------------------------
 
@@ -121,7 +123,11 @@ class PyTreeDef:
                 f"unflatten: {few} leaves: the PyTreeDef has {self._num_leaves} leaves, but "
                 f"{len(items)} were given (structure: {_clip(repr(self), 200)})"
             )
-        return unflatten_table(self._codes, self._data, items)
+        leafy = self._leafy
+        if leafy is None:
+            leafy = leafy_nodes(self._codes)
+            self._leafy = leafy
+        return unflatten_table(self._codes, self._data, leafy, items)
 
     def flatten_up_to(self, tree: Any) -> list[Any]:
         """The subtrees of ``tree`` at the leaf positions of this structure, in leaf order.
@@ -264,11 +270,25 @@ class PyTreeDef:
             or self._codes != other._codes
         ):
             return False
+        a, b = self._data, other._data
+        for i in range(len(a)):
+            x = a[i]
+            y = b[i]
+            if x is y:
+                continue
+            if isinstance(x, CustomData):
+                # Aux data is user data and may refer back to these very PyTreeDefs.
+                return self._eq_guarded(other, i)
+            if not bool(x == y):
+                return False
+        return True
+
+    def _eq_guarded(self, other: PyTreeDef, start: int) -> bool:
         if not _enter(1, self, other):
-            return True  # comparing data that refers back to these very PyTreeDefs
+            return True  # already comparing these two further up: assume equal (coinduction)
         try:
             a, b = self._data, other._data
-            for i in range(len(a)):
+            for i in range(start, len(a)):
                 if not _data_eq(a[i], b[i]):
                     return False
             return True
@@ -345,44 +365,73 @@ def span(codes: list[int], i: int, di: int) -> tuple[int, int]:
 # Table walks.
 
 
-def unflatten_table(codes: list[int], data: list[Any], leaves: list[Any]) -> Any:
+def leafy_nodes(codes: list[int]) -> list[bool]:
+    """For each non-leaf node (in data order): are all its children leaves?
+
+    Such a node's children are the next ``arity`` codes, so unflatten can take its leaves as
+    one slice instead of one at a time.
+    """
+    out: list[bool] = []
+    ncodes = len(codes)
+    for i in range(ncodes):
+        c = codes[i]
+        if c == LEAF:
+            continue
+        arity = c >> SHIFT
+        ok = i + arity < ncodes
+        if ok:
+            for j in range(i + 1, i + 1 + arity):
+                if codes[j] != LEAF:
+                    ok = False
+                    break
+        out.append(ok)
+    return out
+
+
+_ROOT_CODE: Final = (1 << SHIFT) | TUPLE  # the virtual parent of the root: one child
+
+
+def unflatten_table(codes: list[int], data: list[Any], leafy: list[bool], leaves: list[Any]) -> Any:
     """Build the tree of a node table from exactly the right number of leaves."""
     st_code: list[int] = []
     st_data: list[Any] = []
     st_outs: list[list[Any]] = []
-    st_need: list[int] = []
     outs: list[Any] = []  # children built so far for the innermost open node
-    need = 1  # how many children it has (the virtual root has one: the tree)
-    code = 0
+    code = _ROOT_CODE
     d: Any = None
     li = 0
     di = 0
-    for c in codes:
+    i = 0
+    ncodes = len(codes)
+    while i < ncodes:
+        c = codes[i]
         if c == LEAF:
             outs.append(leaves[li])
             li += 1
+            i += 1
         else:
             nd = data[di]
-            di += 1
             arity = c >> SHIFT
-            if arity == 0:
-                outs.append(build(c, nd, []))
+            if leafy[di]:
+                outs.append(build(c, nd, leaves[li : li + arity]))
+                li += arity
+                i += 1 + arity
+                di += 1
             else:
+                di += 1
+                i += 1
                 st_code.append(code)
                 st_data.append(d)
                 st_outs.append(outs)
-                st_need.append(need)
                 code = c
                 d = nd
                 outs = []
-                need = arity
                 continue
-        while len(outs) == need and st_outs:
+        while len(outs) == code >> SHIFT and st_outs:
             obj = build(code, d, outs)
             code = st_code.pop()
             d = st_data.pop()
             outs = st_outs.pop()
-            need = st_need.pop()
             outs.append(obj)
     return outs[0]
 
