@@ -204,11 +204,18 @@ DEEP: Final = 64
 MAX_DEPTH: Final = 10_000_000
 
 
-def check_deep(nodes: list[Any], positions: list[int], none_is_leaf: bool) -> None:
+def nodes_of(st_seq: list[list[Any]], st_pos: list[int]) -> list[Any]:
+    """The nodes on a walker's current root-to-node path, from its frame stack."""
+    return [st_seq[i][st_pos[i] - 1] for i in range(len(st_seq))]
+
+
+def check_deep(st_seq: list[list[Any]], st_pos: list[int], none_is_leaf: bool) -> None:
     """Called by walkers on every descent at depth >= DEEP; see above."""
-    depth = len(nodes)
+    depth = len(st_seq)
     if depth & (depth - 1):
         return
+    nodes = nodes_of(st_seq, st_pos)
+    positions = st_pos
     seen: set[int] = set()
     for node in nodes:
         seen.add(id(node))

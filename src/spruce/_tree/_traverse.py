@@ -1,18 +1,19 @@
 """The walkers: flatten, flatten_with_path, map, map_with_path and the lazy leaf iterator.
 
-Each walker is one loop over an explicit frame stack (the children list being walked, the
-position in it, the node object), so depth costs heap, never C stack.  ``map`` is fused: it
-builds the output while it walks, without a PyTreeDef or a leaves list in between.
+Each walker is one loop over an explicit frame stack (the children list being walked and the
+position in it), so depth costs heap, never C stack.  ``map`` is fused: it builds the output
+while it walks, without a PyTreeDef or a leaves list in between.
 
-Frame-stack convention shared with ``_errors.path_of``: ``st_node[i]`` is the node entered at
-depth i and ``st_pos[i]`` is one past its index among its parent's children.
+Frame-stack convention shared with ``_errors``: ``st_seq[i]`` is the children list that held
+the node entered at depth i and ``st_pos[i]`` is one past that node's index in it, so the node
+itself is ``st_seq[i][st_pos[i] - 1]`` (``nodes_of``) and need not be stacked.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
-from ._errors import DEEP, check_deep, mismatch_error
+from ._errors import DEEP, check_deep, mismatch_error, nodes_of
 from ._keys import keystr  # noqa: F401  (used by the map_with_path doctest)
 from ._registry import LEAF, SHIFT, build, expand, expand_with_keys, match_children, rebuild
 from ._treedef import PyTreeDef
@@ -29,7 +30,6 @@ def flatten_into(
     n = 1
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
-    st_node: list[Any] = []
     leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
@@ -56,16 +56,14 @@ def flatten_into(
                 continue
             st_seq.append(seq)
             st_pos.append(pos)
-            st_node.append(x)
-            if len(st_node) >= DEEP:
-                check_deep(st_node, st_pos, none_is_leaf)
+            if len(st_seq) >= DEEP:
+                check_deep(st_seq, st_pos, none_is_leaf)
             seq = ch
             pos = 0
             n = len(ch)
         elif st_seq:
             seq = st_seq.pop()
             pos = st_pos.pop()
-            st_node.pop()
             n = len(seq)
         else:
             return
@@ -142,7 +140,6 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
     n = 1
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
-    st_node: list[Any] = []
     leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
@@ -164,16 +161,14 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
                 continue
             st_seq.append(seq)
             st_pos.append(pos)
-            st_node.append(x)
-            if len(st_node) >= DEEP:
-                check_deep(st_node, st_pos, none_is_leaf)
+            if len(st_seq) >= DEEP:
+                check_deep(st_seq, st_pos, none_is_leaf)
             seq = ch
             pos = 0
             n = len(ch)
         elif st_seq:
             seq = st_seq.pop()
             pos = st_pos.pop()
-            st_node.pop()
             n = len(seq)
         else:
             return
@@ -195,53 +190,41 @@ def flatten_with_path(
     out: list[tuple[tuple[Any, ...], Any]] = []
     codes: list[int] = []
     data: list[Any] = []
-    if is_leaf is not None and is_leaf(tree):
-        return [((), tree)], PyTreeDef([LEAF], [], 1, none_is_leaf)
-    code, d, ch, keys = expand_with_keys(tree, none_is_leaf)
-    if code == LEAF:
-        return [((), tree)], PyTreeDef([LEAF], [], 1, none_is_leaf)
-    codes.append(code)
-    data.append(d)
-    seq = ch
+    seq: list[Any] = [tree]
+    keys: list[Any] = [None]
     pos = 0
-    n = len(ch)
+    n = 1
     # Keys of the nodes entered below the root; a leaf's path is built from it only at the
     # leaf, so deep trees cost O(depth) per leaf, never O(depth) per node kept alive.
     kstack: list[Any] = []
     st_seq: list[list[Any]] = []
-    st_pos: list[int] = [0]  # aligned with st_node, which starts at the root
-    st_node: list[Any] = [tree]
+    st_pos: list[int] = []
     st_keys: list[list[Any]] = []
-    leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
             x = seq[pos]
             k = keys[pos]
             pos += 1
             if is_leaf is not None and is_leaf(x):
-                kstack.append(k)
-                out.append((tuple(kstack), x))
-                kstack.pop()
+                out.append((_leaf_path(kstack, k, bool(st_seq)), x))
                 codes.append(LEAF)
                 continue
             code, d, ch, ckeys = expand_with_keys(x, none_is_leaf)
             if code == LEAF:
-                kstack.append(k)
-                out.append((tuple(kstack), x))
-                kstack.pop()
+                out.append((_leaf_path(kstack, k, bool(st_seq)), x))
                 codes.append(LEAF)
                 continue
             codes.append(code)
             data.append(d)
             if code >> SHIFT == 0:
                 continue
+            if st_seq:
+                kstack.append(k)
             st_seq.append(seq)
             st_pos.append(pos)
-            st_node.append(x)
             st_keys.append(keys)
-            kstack.append(k)
-            if len(st_node) >= DEEP:
-                check_deep(st_node, st_pos, none_is_leaf)
+            if len(st_seq) >= DEEP:
+                check_deep(st_seq, st_pos, none_is_leaf)
             seq = ch
             keys = ckeys
             pos = 0
@@ -250,12 +233,21 @@ def flatten_with_path(
             seq = st_seq.pop()
             pos = st_pos.pop()
             keys = st_keys.pop()
-            kstack.pop()
-            st_node.pop()
+            if st_seq:
+                kstack.pop()
             n = len(seq)
         else:
             break
     return out, PyTreeDef(codes, data, len(out), none_is_leaf)
+
+
+def _leaf_path(kstack: list[Any], k: Any, below_root: bool) -> tuple[Any, ...]:
+    if not below_root:
+        return ()
+    kstack.append(k)
+    path = tuple(kstack)
+    kstack.pop()
+    return path
 
 
 def leaves_with_path(
@@ -307,7 +299,6 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
     outs: list[Any] = []
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
-    st_node: list[Any] = []
     st_outs: list[list[Any]] = []
     st_code: list[int] = []
     st_data: list[Any] = []
@@ -333,21 +324,19 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
                 continue
             st_seq.append(seq)
             st_pos.append(pos)
-            st_node.append(x)
             st_outs.append(outs)
             st_code.append(code)
             st_data.append(d)
-            if len(st_node) >= DEEP:
-                check_deep(st_node, st_pos, none_is_leaf)
+            if len(st_seq) >= DEEP:
+                check_deep(st_seq, st_pos, none_is_leaf)
             seq = ch
             pos = 0
             n = len(ch)
             outs = []
         elif st_seq:
-            node = st_node.pop()
-            built = rebuild(st_code.pop(), st_data.pop(), outs, node)
             seq = st_seq.pop()
             pos = st_pos.pop()
+            built = rebuild(st_code.pop(), st_data.pop(), outs, seq[pos - 1])
             outs = st_outs.pop()
             n = len(seq)
             outs.append(built)
@@ -365,7 +354,6 @@ def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is
     outs: list[Any] = []
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
-    st_node: list[Any] = []
     st_outs: list[list[Any]] = []
     st_code: list[int] = []
     st_data: list[Any] = []
@@ -390,7 +378,7 @@ def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is
             ych = match_children(code, d, y, none_is_leaf)
             if ych is None:
                 raise mismatch_error(
-                    "map", st_node + [x], st_pos + [pos], none_is_leaf, code, d, y, "tree #2 (rest[0])"
+                    "map", nodes_of(st_seq, st_pos) + [x], st_pos + [pos], none_is_leaf, code, d, y, "tree #2 (rest[0])"
                 )
             if code >> SHIFT == 0:
                 outs.append(build(code, d, []))
@@ -398,23 +386,21 @@ def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is
             st_seq.append(seq)
             st_oseq.append(oseq)
             st_pos.append(pos)
-            st_node.append(x)
             st_outs.append(outs)
             st_code.append(code)
             st_data.append(d)
-            if len(st_node) >= DEEP:
-                check_deep(st_node, st_pos, none_is_leaf)
+            if len(st_seq) >= DEEP:
+                check_deep(st_seq, st_pos, none_is_leaf)
             seq = ch
             oseq = ych
             pos = 0
             n = len(ch)
             outs = []
         elif st_seq:
-            node = st_node.pop()
-            built = rebuild(st_code.pop(), st_data.pop(), outs, node)
             seq = st_seq.pop()
             oseq = st_oseq.pop()
             pos = st_pos.pop()
+            built = rebuild(st_code.pop(), st_data.pop(), outs, seq[pos - 1])
             outs = st_outs.pop()
             n = len(seq)
             outs.append(built)
@@ -437,7 +423,6 @@ def _mapn(
     st_rseqs: list[list[list[Any]]] = []
     st_keys: list[list[Any]] = []
     st_pos: list[int] = []
-    st_node: list[Any] = []
     st_outs: list[list[Any]] = []
     st_code: list[int] = []
     st_data: list[Any] = []
@@ -466,7 +451,7 @@ def _mapn(
                 if ych is None:
                     raise mismatch_error(
                         "map",
-                        st_node + [x],
+                        nodes_of(st_seq, st_pos) + [x],
                         st_pos + [pos],
                         none_is_leaf,
                         code,
@@ -484,12 +469,11 @@ def _mapn(
             st_rseqs.append(rseqs)
             st_keys.append(keys)
             st_pos.append(pos)
-            st_node.append(x)
             st_outs.append(outs)
             st_code.append(code)
             st_data.append(d)
-            if len(st_node) >= DEEP:
-                check_deep(st_node, st_pos, none_is_leaf)
+            if len(st_seq) >= DEEP:
+                check_deep(st_seq, st_pos, none_is_leaf)
             seq = ch
             rseqs = children
             keys = ckeys
@@ -497,14 +481,13 @@ def _mapn(
             n = len(ch)
             outs = []
         elif st_seq:
-            node = st_node.pop()
-            built = rebuild(st_code.pop(), st_data.pop(), outs, node)
             seq = st_seq.pop()
             rseqs = st_rseqs.pop()
             keys = st_keys.pop()
             if st_seq:
                 kstack.pop()
             pos = st_pos.pop()
+            built = rebuild(st_code.pop(), st_data.pop(), outs, seq[pos - 1])
             outs = st_outs.pop()
             n = len(seq)
             outs.append(built)

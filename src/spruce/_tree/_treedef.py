@@ -12,7 +12,7 @@ import threading
 from collections import OrderedDict, defaultdict, deque
 from typing import Any, Final, Iterable
 
-from ._errors import describe, mismatch_detail, path_of, path_text, short_repr
+from ._errors import describe, mismatch_detail, nodes_of, path_of, path_text, short_repr
 from ._registry import (
     CUSTOM,
     DEFAULTDICT,
@@ -270,30 +270,15 @@ class PyTreeDef:
             or self._codes != other._codes
         ):
             return False
+        # Node data is compared with ==; if user aux data refers back to these very
+        # PyTreeDefs, Python's own recursion check turns that into a RecursionError.
         a, b = self._data, other._data
         for i in range(len(a)):
             x = a[i]
             y = b[i]
-            if x is y:
-                continue
-            if isinstance(x, CustomData):
-                # Aux data is user data and may refer back to these very PyTreeDefs.
-                return self._eq_guarded(other, i)
-            if not bool(x == y):
+            if x is not y and not bool(x == y):
                 return False
         return True
-
-    def _eq_guarded(self, other: PyTreeDef, start: int) -> bool:
-        if not _enter(1, self, other):
-            return True  # already comparing these two further up: assume equal (coinduction)
-        try:
-            a, b = self._data, other._data
-            for i in range(start, len(a)):
-                if not _data_eq(a[i], b[i]):
-                    return False
-            return True
-        finally:
-            _leave(1, self, other)
 
     def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)
@@ -447,13 +432,11 @@ def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str) -> list[Any]:
     n = 1
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
-    st_node: list[Any] = []
     di = 0
     for c in codes:
         while pos >= n:
             seq = st_seq.pop()
             pos = st_pos.pop()
-            st_node.pop()
             n = len(seq)
         x = seq[pos]
         pos += 1
@@ -464,7 +447,7 @@ def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str) -> list[Any]:
         di += 1
         ycode, ydata, ych = expand(x, none_is_leaf)
         if ycode != c or not _data_eq(d, ydata):
-            nodes = st_node + [x]
+            nodes = nodes_of(st_seq, st_pos) + [x]
             positions = st_pos + [pos]
             path = path_of(nodes, positions, none_is_leaf)
             raise ValueError(
@@ -475,7 +458,6 @@ def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str) -> list[Any]:
             continue
         st_seq.append(seq)
         st_pos.append(pos)
-        st_node.append(x)
         seq = ych
         pos = 0
         n = len(ych)

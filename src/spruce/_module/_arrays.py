@@ -1,0 +1,79 @@
+"""Array predicates that never import JAX or NumPy themselves.
+
+An object can only be a ``jax.Array`` if JAX has been imported, and a NumPy array only if NumPy
+has been; the modules are looked up in ``sys.modules`` so that ``import spruce`` stays free of
+both.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+_SCALARS = (bool, int, float, complex)
+
+
+def _jax_array_type() -> Any:
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return None
+    return getattr(jax, "Array", None)
+
+
+def is_array(x: Any) -> bool:
+    """True for ``jax.Array`` (tracers included), ``numpy.ndarray`` and NumPy scalars
+    (``numpy.generic``); False for Python scalars and everything else.
+
+    Follows ``equinox.is_array``.
+    """
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(x, (np.ndarray, np.generic)):
+        return True
+    jarr = _jax_array_type()
+    return jarr is not None and isinstance(x, jarr)
+
+
+def is_array_like(x: Any) -> bool:
+    """True for arrays (``is_array``), Python ``bool``/``int``/``float``/``complex``, and objects
+    with a ``__jax_array__`` method: what ``jax.numpy.asarray`` accepts as a single value.
+
+    Follows ``equinox.is_array_like``.
+    """
+    return isinstance(x, _SCALARS) or is_array(x) or hasattr(type(x), "__jax_array__")
+
+
+def is_inexact_array(x: Any) -> bool:
+    """True for arrays (``is_array``) whose dtype is floating point or complex — the leaves that
+    ``filter_grad`` differentiates.  Follows ``equinox.is_inexact_array``.
+    """
+    if not is_array(x):
+        return False
+    kind = getattr(getattr(x, "dtype", None), "kind", None)
+    if kind in ("f", "c"):
+        return True
+    if kind == "V":  # bfloat16 and the float8 types are numpy "void" kind extension dtypes
+        name = str(x.dtype.name)
+        return "float" in name
+    return False
+
+
+def dtype_short_name(dtype: Any) -> str:
+    """``float32 -> 'f32'``, ``bfloat16 -> 'bf16'``, ``int8 -> 'i8'``, ``uint8 -> 'u8'``,
+    ``complex64 -> 'c64'``, ``bool -> 'bool'``; other dtypes keep their name."""
+    name = str(getattr(dtype, "name", dtype))
+    for long, short in (("bfloat", "bf"), ("float", "f"), ("uint", "u"), ("int", "i"), ("complex", "c")):
+        if name.startswith(long) and name[len(long) :].isdigit():
+            return short + name[len(long) :]
+    return name
+
+
+def array_summary(x: Any) -> str:
+    """``'f32[2,3]'``: dtype short name and shape of an array-like with ``shape`` and ``dtype``
+    (a ``jax.Array``, tracer, ``jax.ShapeDtypeStruct`` or NumPy array; NumPy ones get a
+    ``(numpy)`` suffix)."""
+    shape = ",".join(str(d) for d in x.shape)
+    text = f"{dtype_short_name(x.dtype)}[{shape}]"
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(x, (np.ndarray, np.generic)):
+        text += "(numpy)"
+    return text

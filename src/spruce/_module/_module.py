@@ -1,0 +1,265 @@
+"""``spruce.Module``: dataclass-style classes whose instances are immutable pytrees."""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import warnings
+from typing import Any, Callable, dataclass_transform
+
+from .. import tree as _tree
+from . import _jax_hook
+from ._arrays import array_summary, is_array
+from ._field import CONVERTER, STATIC, field
+from ._pretty import pformat
+
+# ids of the Module instances whose __init__ is running: only they accept attribute assignment.
+# (Thread-safe under the GIL: set.add / discard / membership are atomic, and an id is unique
+# among live objects; the object stays alive while it is in the set.)
+_building: set[int] = set()
+
+
+class _ModuleAux:
+    """Node data of a Module: field names (children and static) and the static values.
+
+    Prints as ``('weight', 'bias'), ('in_features',), (3,)`` so that a PyTreeDef reads
+    ``CustomNode(Linear[('weight', 'bias'), ('in_features',), (3,)], [*, *])``, the layout of the
+    seed (equinox's).  Equal when names and values are equal; hashable when the values are
+    (checked when the module is built).
+    """
+
+    __slots__ = ("dynamic", "static", "values")
+
+    def __init__(self, dynamic: tuple[str, ...], static: tuple[str, ...], values: tuple[Any, ...]) -> None:
+        self.dynamic = dynamic
+        self.static = static
+        self.values = values
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not _ModuleAux:
+            return False
+        if self.values is other.values:
+            return self.dynamic == other.dynamic and self.static == other.static
+        return bool(self.dynamic == other.dynamic and self.static == other.static and self.values == other.values)
+
+    def __hash__(self) -> int:
+        return hash((self.dynamic, self.static, self.values))
+
+    def __repr__(self) -> str:
+        return repr((self.dynamic, self.static, self.values))[1:-1]
+
+    __str__ = __repr__
+
+
+class _Fields:
+    """What the metaclass computes once per Module class."""
+
+    __slots__ = ("names", "dynamic", "static", "converters", "fill")
+
+    def __init__(self, cls: type) -> None:
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]  # cls is a dataclass here
+        self.names = frozenset(f.name for f in fields)
+        self.dynamic = tuple(f.name for f in fields if not f.metadata.get(STATIC, False))
+        self.static = tuple(f.name for f in fields if f.metadata.get(STATIC, False))
+        self.converters: dict[str, Callable[[Any], Any]] = {
+            f.name: f.metadata[CONVERTER] for f in fields if CONVERTER in f.metadata
+        }
+        # (name, default, default_factory) in declaration order, for fields a custom __init__
+        # leaves unassigned.
+        self.fill: list[tuple[str, Any, Any]] = [(f.name, f.default, f.default_factory) for f in fields]
+
+
+def _make_node_functions(cls: type, info: _Fields) -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[[Any, Any], Any]]:
+    dynamic = info.dynamic
+    static = info.static
+    spruce_keys = tuple(_tree.GetAttrKey(n) for n in dynamic)
+    new = object.__new__
+
+    def flatten(x: Any) -> tuple[list[Any], _ModuleAux]:
+        d = x.__dict__
+        return [d[n] for n in dynamic], _ModuleAux(dynamic, static, tuple([d[n] for n in static]))
+
+    def flatten_with_keys(x: Any) -> tuple[list[tuple[Any, Any]], _ModuleAux]:
+        d = x.__dict__
+        return (
+            [(k, d[n]) for k, n in zip(spruce_keys, dynamic)],
+            _ModuleAux(dynamic, static, tuple([d[n] for n in static])),
+        )
+
+    def unflatten(aux: _ModuleAux, children: Any) -> Any:
+        # Never runs __init__, converters or __check_init__: transforms rebuild modules with
+        # placeholder leaves (object(), tracers, None).
+        obj = new(cls)
+        od = obj.__dict__
+        for n, c in zip(dynamic, children):
+            od[n] = c
+        for n, v in zip(aux.static, aux.values):
+            od[n] = v
+        return obj
+
+    return flatten, flatten_with_keys, unflatten
+
+
+def _check_static(obj: Any, info: _Fields) -> None:
+    d = obj.__dict__
+    cls = type(obj).__name__
+    for name in info.static:
+        value = d[name]
+        try:
+            hash(value)
+            hashable = True
+        except TypeError:
+            hashable = False
+        if is_array(value):
+            if not hashable:
+                raise TypeError(
+                    f"{cls}.{name} is a static field but holds an array ({array_summary(value)}); "
+                    "static values are stored in the PyTreeDef and must be hashable, and arrays "
+                    f"are not. Declare {name!r} without static=True so it is a leaf (traced by "
+                    "JAX), or store a tuple / Python scalar."
+                )
+            warnings.warn(
+                f"{cls}.{name} is a static field holding an array ({array_summary(value)}): it "
+                "becomes part of the PyTreeDef (a new value recompiles jitted functions) and is "
+                "never traced or differentiated. Declare it without static=True unless that is "
+                "what you want.",
+                UserWarning,
+                stacklevel=3,
+            )
+        elif not hashable:
+            raise TypeError(
+                f"{cls}.{name} is a static field but its value of type {type(value).__name__} is "
+                "not hashable; static values are stored in the PyTreeDef, which jax.jit hashes "
+                "and compares. Use a hashable value (a tuple instead of a list, a frozenset "
+                "instead of a set), or declare the field without static=True."
+            )
+
+
+_FROZEN_HELP = (
+    "modules are immutable after __init__; make an updated copy with "
+    "spruce.tree_at(lambda m: m.{name}, module, new_value)"
+)
+
+
+@dataclass_transform(field_specifiers=(field, dataclasses.field))
+class _ModuleMeta(abc.ABCMeta):
+    """Turns every subclass of Module into a dataclass, registers it as a pytree node (in
+    spruce.tree now, in jax.tree_util as soon as JAX is imported) and runs the construction
+    protocol in ``__call__``."""
+
+    _spruce_fields: _Fields
+    _spruce_custom_init: bool
+
+    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any) -> Any:
+        cls = super().__new__(mcs, name, bases, namespace, **kwargs)
+        custom_init = "__init__" in namespace or any(getattr(b, "_spruce_custom_init", False) for b in bases)
+        # A class with its own __init__ (or inheriting a user-written one) keeps it; otherwise
+        # dataclasses generates one from the fields, as equinox does.
+        dataclasses.dataclass(init=not custom_init, repr=False, eq=False)(cls)
+        cls._spruce_custom_init = custom_init
+        info = _Fields(cls)
+        cls._spruce_fields = info
+        flatten, flatten_with_keys, unflatten = _make_node_functions(cls, info)
+        _tree.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+        _jax_hook.register(cls, info.dynamic, flatten, unflatten)
+        return cls
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        obj = cls.__new__(cls)
+        info = cls._spruce_fields
+        key = id(obj)
+        _building.add(key)
+        try:
+            cls.__init__(obj, *args, **kwargs)
+            d = obj.__dict__
+            for name, default, factory in info.fill:
+                if name in d:
+                    continue
+                if factory is not dataclasses.MISSING:
+                    setattr(obj, name, factory())
+                elif default is not dataclasses.MISSING:
+                    setattr(obj, name, default)
+                else:
+                    raise ValueError(
+                        f"{cls.__name__}.__init__ did not set the field {name!r}, which has no "
+                        f"default; assign self.{name} = ... in __init__ or give it a default"
+                    )
+        finally:
+            _building.discard(key)
+        _check_static(obj, info)
+        for kls in cls.__mro__:
+            check = kls.__dict__.get("__check_init__")
+            if check is not None:
+                check(obj)
+        return obj
+
+
+class Module(metaclass=_ModuleMeta):
+    """Base class of models: a dataclass whose instances are immutable pytrees.
+
+    Subclass it with annotated fields.  Either let it generate ``__init__`` from the fields
+    (as ``@dataclass``), or write ``__init__`` and assign ``self.field = value`` for each field
+    (fields left unassigned take their ``default`` / ``default_factory``; a field with neither
+    raises ValueError).  Fields are inherited as with dataclasses; a subclass without its own
+    ``__init__`` inherits a parent's hand-written one.
+
+    Construction, in order: ``__init__`` (every assigned value goes through the field's
+    ``converter``; assigning a name that is not a field raises AttributeError), defaults for
+    unassigned fields, a check that static fields are hashable (TypeError), then
+    ``__check_init__(self)`` of every class in the MRO that defines one (derived first) — a
+    validation hook that cannot assign.  After that, assigning or deleting an attribute raises
+    ``dataclasses.FrozenInstanceError`` (an AttributeError) naming the field; use
+    ``spruce.tree_at`` for modified copies.
+
+    As a pytree: the children are the non-static fields, in declaration order, with key paths
+    ``GetAttrKey(name)`` (``jax.tree_util.keystr`` gives ``.layers[0].weight``); the node data
+    holds the static field names and values, printed as
+    ``CustomNode(Linear[('weight', 'bias'), ('in_features', 'out_features', 'use_bias'), (3, 2, True)], [*, *])``.
+    Rebuilding from leaves (unflatten) never runs ``__init__``, converters or
+    ``__check_init__``.  Every subclass is registered with ``spruce.tree`` when it is created
+    and with ``jax.tree_util`` as soon as JAX is imported (see ``_module/_jax_hook.py``), so
+    ``jax.jit``, ``jax.grad`` and ``jax.vmap`` accept modules; ``import spruce`` never imports
+    JAX.
+
+    ``repr`` is ``spruce.pformat(self)``: arrays as ``f32[2,3]``, one field per line when the
+    module does not fit in 80 columns.  Equality and hashing are by identity (compare contents
+    with ``spruce.tree_equal``).
+
+    Semantics follow ``equinox.Module`` (fields, ``field(static=..., converter=...)``,
+    ``__check_init__``, frozen instances).
+
+    >>> class Affine(Module):
+    ...     scale: float
+    ...     shift: float = 0.0
+    ...     name: str = field(static=True, default='affine')
+    >>> a = Affine(2.0)
+    >>> a
+    Affine(scale=2.0, shift=0.0, name='affine')
+    >>> _tree.leaves(a), _tree.structure(a)
+    ([2.0, 0.0], PyTreeDef(CustomNode(Affine[('scale', 'shift'), ('name',), ('affine',)], [*, *])))
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if id(self) in _building:
+            info = type(self)._spruce_fields
+            if name in info.names:
+                conv = info.converters.get(name)
+                if conv is not None:
+                    value = conv(value)
+                object.__setattr__(self, name, value)
+                return
+            raise AttributeError(
+                f"cannot set {type(self).__name__}.{name}: {name!r} is not a field; declare it "
+                f"in the class body (`{name}: <type>`) before assigning it in __init__"
+            )
+        raise dataclasses.FrozenInstanceError(
+            f"cannot assign to field {name!r} of {type(self).__name__}: " + _FROZEN_HELP.format(name=name)
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(
+            f"cannot delete field {name!r} of {type(self).__name__}: " + _FROZEN_HELP.format(name=name)
+        )
+
+    def __repr__(self) -> str:
+        return pformat(self)
