@@ -195,12 +195,15 @@ def cycle_error(nodes: list[Any], positions: list[int], none_is_leaf: bool) -> V
 
 
 # ---------------------------------------------------------------------------------------------
-# Depth: walkers are iterative, so depth never touches the C stack.  A walk that goes deeper
-# than DEEP levels checks its root-to-node path for a repeated object (a cycle) each time its
-# depth reaches a power of two: O(1) amortised per level, and nothing at all for trees
-# shallower than DEEP.  Past MAX_DEPTH it gives up with RecursionError.
+# Depth: walkers are iterative, so depth never touches the C stack.  Below DEEP levels a walk
+# does nothing else about depth.  From DEEP on, each time the depth reaches a power of two the
+# walker marks the node entered there, and compares every node it enters below it with the
+# mark (Brent's cycle detection on the root-to-node path): a container that contains itself
+# with period L is caught within about 2·max(L, depth where the cycle starts) levels, at the
+# cost of one identity comparison per level.  The mark is dropped when the walk climbs above
+# it, so a subtree shared by two branches is never mistaken for a cycle.
 
-DEEP: Final = 64
+DEEP: Final = 16
 MAX_DEPTH: Final = 10_000_000
 
 
@@ -209,18 +212,8 @@ def nodes_of(st_seq: list[list[Any]], st_pos: list[int]) -> list[Any]:
     return [st_seq[i][st_pos[i] - 1] for i in range(len(st_seq))]
 
 
-def check_deep(st_seq: list[list[Any]], st_pos: list[int], none_is_leaf: bool) -> None:
-    """Called by walkers on every descent at depth >= DEEP; see above."""
-    depth = len(st_seq)
-    if depth & (depth - 1):
-        return
-    nodes = nodes_of(st_seq, st_pos)
-    positions = st_pos
-    seen: set[int] = set()
-    for node in nodes:
-        seen.add(id(node))
-    if len(seen) < depth:
-        raise cycle_error(nodes, positions, none_is_leaf)
+def check_depth(depth: int) -> None:
+    """RecursionError past MAX_DEPTH (called at powers of two only)."""
     if depth > MAX_DEPTH:
         raise RecursionError(
             f"pytree is deeper than {MAX_DEPTH:,} levels; spruce walks trees iteratively, "

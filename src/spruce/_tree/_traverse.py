@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
-from ._errors import DEEP, check_deep, mismatch_error, nodes_of
+from ._errors import DEEP, check_depth, cycle_error, mismatch_error, nodes_of
 from ._keys import keystr  # noqa: F401  (used by the map_with_path doctest)
 from ._registry import LEAF, SHIFT, build, expand, expand_with_keys, match_children, rebuild
 from ._treedef import PyTreeDef
@@ -30,6 +30,8 @@ def flatten_into(
     n = 1
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
+    mark: object = None  # cycle check of deep walks: see _errors.DEEP
+    mark_depth = 0
     leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
@@ -56,13 +58,22 @@ def flatten_into(
                 continue
             st_seq.append(seq)
             st_pos.append(pos)
-            if len(st_seq) >= DEEP:
-                check_deep(st_seq, st_pos, none_is_leaf)
+            depth = len(st_seq)
+            if depth >= DEEP:
+                if x is mark:
+                    raise cycle_error(nodes_of(st_seq, st_pos), st_pos, none_is_leaf)
+                if depth & (depth - 1) == 0:
+                    mark = x
+                    mark_depth = depth
+                    check_depth(depth)
             seq = ch
             pos = 0
             n = len(ch)
         elif st_seq:
             seq = st_seq.pop()
+            if len(st_seq) < mark_depth:
+                mark = None
+                mark_depth = 0
             pos = st_pos.pop()
             n = len(seq)
         else:
@@ -140,6 +151,8 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
     n = 1
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
+    mark: object = None  # cycle check of deep walks: see _errors.DEEP
+    mark_depth = 0
     leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
@@ -161,13 +174,22 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
                 continue
             st_seq.append(seq)
             st_pos.append(pos)
-            if len(st_seq) >= DEEP:
-                check_deep(st_seq, st_pos, none_is_leaf)
+            depth = len(st_seq)
+            if depth >= DEEP:
+                if x is mark:
+                    raise cycle_error(nodes_of(st_seq, st_pos), st_pos, none_is_leaf)
+                if depth & (depth - 1) == 0:
+                    mark = x
+                    mark_depth = depth
+                    check_depth(depth)
             seq = ch
             pos = 0
             n = len(ch)
         elif st_seq:
             seq = st_seq.pop()
+            if len(st_seq) < mark_depth:
+                mark = None
+                mark_depth = 0
             pos = st_pos.pop()
             n = len(seq)
         else:
@@ -199,6 +221,8 @@ def flatten_with_path(
     kstack: list[Any] = []
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
+    mark: object = None  # cycle check of deep walks: see _errors.DEEP
+    mark_depth = 0
     st_keys: list[list[Any]] = []
     while True:
         if pos < n:
@@ -223,14 +247,23 @@ def flatten_with_path(
             st_seq.append(seq)
             st_pos.append(pos)
             st_keys.append(keys)
-            if len(st_seq) >= DEEP:
-                check_deep(st_seq, st_pos, none_is_leaf)
+            depth = len(st_seq)
+            if depth >= DEEP:
+                if x is mark:
+                    raise cycle_error(nodes_of(st_seq, st_pos), st_pos, none_is_leaf)
+                if depth & (depth - 1) == 0:
+                    mark = x
+                    mark_depth = depth
+                    check_depth(depth)
             seq = ch
             keys = ckeys
             pos = 0
             n = len(ch)
         elif st_seq:
             seq = st_seq.pop()
+            if len(st_seq) < mark_depth:
+                mark = None
+                mark_depth = 0
             pos = st_pos.pop()
             keys = st_keys.pop()
             if st_seq:
@@ -299,6 +332,8 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
     outs: list[Any] = []
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
+    mark: object = None  # cycle check of deep walks: see _errors.DEEP
+    mark_depth = 0
     st_outs: list[list[Any]] = []
     st_code: list[int] = []
     st_data: list[Any] = []
@@ -327,14 +362,23 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
             st_outs.append(outs)
             st_code.append(code)
             st_data.append(d)
-            if len(st_seq) >= DEEP:
-                check_deep(st_seq, st_pos, none_is_leaf)
+            depth = len(st_seq)
+            if depth >= DEEP:
+                if x is mark:
+                    raise cycle_error(nodes_of(st_seq, st_pos), st_pos, none_is_leaf)
+                if depth & (depth - 1) == 0:
+                    mark = x
+                    mark_depth = depth
+                    check_depth(depth)
             seq = ch
             pos = 0
             n = len(ch)
             outs = []
         elif st_seq:
             seq = st_seq.pop()
+            if len(st_seq) < mark_depth:
+                mark = None
+                mark_depth = 0
             pos = st_pos.pop()
             built = rebuild(st_code.pop(), st_data.pop(), outs, seq[pos - 1])
             outs = st_outs.pop()
@@ -354,6 +398,8 @@ def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is
     outs: list[Any] = []
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
+    mark: object = None  # cycle check of deep walks: see _errors.DEEP
+    mark_depth = 0
     st_outs: list[list[Any]] = []
     st_code: list[int] = []
     st_data: list[Any] = []
@@ -389,8 +435,14 @@ def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is
             st_outs.append(outs)
             st_code.append(code)
             st_data.append(d)
-            if len(st_seq) >= DEEP:
-                check_deep(st_seq, st_pos, none_is_leaf)
+            depth = len(st_seq)
+            if depth >= DEEP:
+                if x is mark:
+                    raise cycle_error(nodes_of(st_seq, st_pos), st_pos, none_is_leaf)
+                if depth & (depth - 1) == 0:
+                    mark = x
+                    mark_depth = depth
+                    check_depth(depth)
             seq = ch
             oseq = ych
             pos = 0
@@ -398,6 +450,9 @@ def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is
             outs = []
         elif st_seq:
             seq = st_seq.pop()
+            if len(st_seq) < mark_depth:
+                mark = None
+                mark_depth = 0
             oseq = st_oseq.pop()
             pos = st_pos.pop()
             built = rebuild(st_code.pop(), st_data.pop(), outs, seq[pos - 1])
@@ -423,6 +478,8 @@ def _mapn(
     st_rseqs: list[list[list[Any]]] = []
     st_keys: list[list[Any]] = []
     st_pos: list[int] = []
+    mark: object = None  # cycle check of deep walks: see _errors.DEEP
+    mark_depth = 0
     st_outs: list[list[Any]] = []
     st_code: list[int] = []
     st_data: list[Any] = []
@@ -472,8 +529,14 @@ def _mapn(
             st_outs.append(outs)
             st_code.append(code)
             st_data.append(d)
-            if len(st_seq) >= DEEP:
-                check_deep(st_seq, st_pos, none_is_leaf)
+            depth = len(st_seq)
+            if depth >= DEEP:
+                if x is mark:
+                    raise cycle_error(nodes_of(st_seq, st_pos), st_pos, none_is_leaf)
+                if depth & (depth - 1) == 0:
+                    mark = x
+                    mark_depth = depth
+                    check_depth(depth)
             seq = ch
             rseqs = children
             keys = ckeys
@@ -482,6 +545,9 @@ def _mapn(
             outs = []
         elif st_seq:
             seq = st_seq.pop()
+            if len(st_seq) < mark_depth:
+                mark = None
+                mark_depth = 0
             rseqs = st_rseqs.pop()
             keys = st_keys.pop()
             if st_seq:
