@@ -276,7 +276,12 @@ class PyTreeDef:
         for i in range(len(a)):
             x = a[i]
             y = b[i]
-            if x is not y and not bool(x == y):
+            if x is y:
+                continue
+            if type(x) is CustomData and type(y) is CustomData:
+                if not x.equals(y):
+                    return False
+            elif not bool(x == y):
                 return False
         return True
 
