@@ -15,25 +15,34 @@ $(VENV)/.created:
 	$(PIP) install --upgrade pip
 	touch $@
 
-# Build tools and test dependencies; reinstalled when pyproject.toml changes.
-$(VENV)/.deps: pyproject.toml $(VENV)/.created
+# Build tools (mypyc comes with mypy); reinstalled when pyproject.toml changes.
+$(VENV)/.build-deps: pyproject.toml $(VENV)/.created
 	$(PIP) install "setuptools>=77" wheel "mypy==2.4.1"
+	touch $@
+
+# What the demo needs (numpy, jax), and what the tests need (plus pytest, hypothesis, optree).
+$(VENV)/.demo-deps: $(VENV)/.build-deps
+	SPRUCE_PURE=1 $(PIP) install --no-build-isolation ".[demo]"
+	touch $@
+
+$(VENV)/.deps: $(VENV)/.build-deps
 	SPRUCE_PURE=1 $(PIP) install --no-build-isolation ".[test]"
 	touch $@
 
 # The compiled build: mypyc compiles src/spruce/_tree into C extensions, installed into the venv.
 # (build/ is removed first: setuptools and mypyc reuse stale objects from it otherwise.)
-build-compiled: $(VENV)/.deps
+build-compiled: $(VENV)/.build-deps
 	rm -rf build
 	$(PIP) install --no-build-isolation --no-deps --force-reinstall .
 
-demo: build-compiled
+demo: $(VENV)/.demo-deps build-compiled
 	$(PY) examples/seed_pytrees.py
+	$(PY) examples/seed_equinox.py
 
 typecheck: $(VENV)/.deps
 	$(PY) -m mypy --strict src/spruce
 
-test-compiled: build-compiled
+test-compiled: $(VENV)/.deps build-compiled
 	SPRUCE_EXPECT_COMPILED=1 $(PY) -m pytest -q tests
 
 test-pure: $(VENV)/.deps
@@ -41,11 +50,11 @@ test-pure: $(VENV)/.deps
 
 test: typecheck test-compiled test-pure
 
-bench: build-compiled
+bench: $(VENV)/.deps build-compiled
 	$(PY) -m pip --disable-pip-version-check -q install -r benchmarks/requirements.txt
 	$(PY) benchmarks/run.py
 
-bench-quick: build-compiled
+bench-quick: $(VENV)/.deps build-compiled
 	$(PY) benchmarks/run.py --quick
 
 clean:

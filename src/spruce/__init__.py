@@ -1,7 +1,11 @@
 """spruce: pytrees — nested containers whose leaves are arrays — and the models built from them.
 
 ``spruce.tree`` is the engine (``jax.tree``-style short names), ``spruce.tree_util`` the same
-objects under jax.tree_util's names.  ``import spruce`` never imports JAX.
+objects under jax.tree_util's names.  The model layer lives at the top level: ``Module`` and
+``field`` (dataclass-style pytree classes), the filters ``is_array`` / ``is_array_like`` /
+``is_inexact_array`` / ``filter`` / ``partition`` / ``combine``, ``tree_at``, ``tree_equal`` /
+``assert_tree_equal``, ``summary`` and ``pformat``; layers are in ``spruce.nn`` (imports JAX).
+``import spruce`` never imports JAX.
 
 ``spruce.__compiled__`` is True when the mypyc-compiled engine is loaded, False when the same
 source runs as plain Python (``SPRUCE_PURE=1`` at build time, or running from the source tree).
@@ -9,9 +13,44 @@ source runs as plain Python (``SPRUCE_PURE=1`` at build time, or running from th
 
 from . import tree as tree
 from . import tree_util as tree_util
+from ._compare import assert_tree_equal as assert_tree_equal
+from ._compare import tree_equal as tree_equal
+from ._filters import combine as combine
+from ._filters import filter as filter
+from ._filters import partition as partition
+from ._module import Module as Module
+from ._module import field as field
+from ._module import is_array as is_array
+from ._module import is_array_like as is_array_like
+from ._module import is_inexact_array as is_inexact_array
+from ._module import pformat as pformat
+from ._summary import Summary as Summary
+from ._summary import SummaryRow as SummaryRow
+from ._summary import summary as summary
+from ._surgery import tree_at as tree_at
 from ._tree import _traverse
 
 __compiled__: bool = not _traverse.__file__.endswith(".py")
 __version__ = "0.1.0"
 
-__all__ = ["__compiled__", "__version__", "tree", "tree_util"]
+__all__ = [
+    "Module",
+    "Summary",
+    "SummaryRow",
+    "__compiled__",
+    "__version__",
+    "assert_tree_equal",
+    "combine",
+    "field",
+    "filter",
+    "is_array",
+    "is_array_like",
+    "is_inexact_array",
+    "partition",
+    "pformat",
+    "summary",
+    "tree",
+    "tree_at",
+    "tree_equal",
+    "tree_util",
+]

@@ -16,11 +16,43 @@ class Partial(functools.partial):  # type: ignore[type-arg]  # functools.partial
     transforms); the positional and keyword arguments are children.  Use it to pass a function
     with bound array arguments through ``jax.jit`` or ``spruce.tree.map``.
 
+    As in JAX, a ``functools.partial`` (or Partial) passed as ``func`` is kept whole, as node
+    data: its own bound arguments are not merged into this one's children.
+
     >>> import spruce.tree as st
     >>> p = Partial(divmod, 7)
     >>> st.leaves(p), p(2)
     ([7], (3, 1))
+    >>> st.leaves(Partial(Partial(divmod, 7), 2))
+    [2]
     """
+
+    def __new__(cls, func: Any, /, *args: Any, **keywords: Any) -> "Partial":
+        if isinstance(func, functools.partial):
+            # functools.partial would flatten a nested partial into one argument list.
+            func = _WholePartial(func)
+        return super().__new__(cls, func, *args, **keywords)
+
+
+class _WholePartial:
+    """A partial hidden from functools.partial's flattening; called, it calls the partial."""
+
+    __slots__ = ("partial",)
+
+    def __init__(self, partial: functools.partial[Any]) -> None:
+        self.partial = partial
+
+    def __call__(self, *args: Any, **keywords: Any) -> Any:
+        return self.partial(*args, **keywords)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _WholePartial) and self.partial is other.partial
+
+    def __hash__(self) -> int:
+        return id(self.partial)
+
+    def __repr__(self) -> str:
+        return repr(self.partial)
 
 
 def _flatten_partial(p: Partial) -> tuple[tuple[Any, Any], Any]:

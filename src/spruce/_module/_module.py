@@ -57,7 +57,7 @@ class _Fields:
     __slots__ = ("names", "dynamic", "static", "converters", "fill")
 
     def __init__(self, cls: type) -> None:
-        fields = dataclasses.fields(cls)  # type: ignore[arg-type]  # cls is a dataclass here
+        fields = dataclasses.fields(cls)
         self.names = frozenset(f.name for f in fields)
         self.dynamic = tuple(f.name for f in fields if not f.metadata.get(STATIC, False))
         self.static = tuple(f.name for f in fields if f.metadata.get(STATIC, False))
@@ -89,7 +89,7 @@ def _make_node_functions(cls: type, info: _Fields) -> tuple[Callable[[Any], Any]
     def unflatten(aux: _ModuleAux, children: Any) -> Any:
         # Never runs __init__, converters or __check_init__: transforms rebuild modules with
         # placeholder leaves (object(), tracers, None).
-        obj = new(cls)
+        obj: Any = new(cls)
         od = obj.__dict__
         for n, c in zip(dynamic, children):
             od[n] = c
@@ -155,7 +155,7 @@ class _ModuleMeta(abc.ABCMeta):
         custom_init = "__init__" in namespace or any(getattr(b, "_spruce_custom_init", False) for b in bases)
         # A class with its own __init__ (or inheriting a user-written one) keeps it; otherwise
         # dataclasses generates one from the fields, as equinox does.
-        dataclasses.dataclass(init=not custom_init, repr=False, eq=False)(cls)
+        dataclasses.dataclass(init=not custom_init, repr=False, eq=False)(cls)  # type: ignore[arg-type]  # cls is a metaclass instance, mypy cannot see it is a class
         cls._spruce_custom_init = custom_init
         info = _Fields(cls)
         cls._spruce_fields = info
@@ -165,12 +165,13 @@ class _ModuleMeta(abc.ABCMeta):
         return cls
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        obj = cls.__new__(cls)
+        kls: Any = cls  # typed as Any: mypy would read the calls below as the metaclass's own
+        obj = kls.__new__(kls)
         info = cls._spruce_fields
         key = id(obj)
         _building.add(key)
         try:
-            cls.__init__(obj, *args, **kwargs)
+            kls.__init__(obj, *args, **kwargs)
             d = obj.__dict__
             for name, default, factory in info.fill:
                 if name in d:

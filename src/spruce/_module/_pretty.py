@@ -171,7 +171,7 @@ def pformat(
 
     >>> pformat({'a': (1,), 'b': [2.5, 'x']})
     "{'a': (1,), 'b': [2.5, 'x']}"
-    >>> print(pformat([list(range(12)), list(range(12))], width=40))
+    >>> print(pformat([list(range(12)), list(range(12))], width=42))
     [
       [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
       [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]

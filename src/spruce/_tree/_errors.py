@@ -204,7 +204,7 @@ def cycle_error(nodes: list[Any], positions: list[int], none_is_leaf: bool) -> V
 # it, so a subtree shared by two branches is never mistaken for a cycle.
 
 DEEP: Final = 16
-MAX_DEPTH: Final = 10_000_000
+MAX_DEPTH: Final = 1 << 21  # 2,097,152 levels: a 1,000,000-deep list still flattens
 
 
 def nodes_of(st_seq: list[list[Any]], st_pos: list[int]) -> list[Any]:
@@ -213,9 +213,10 @@ def nodes_of(st_seq: list[list[Any]], st_pos: list[int]) -> list[Any]:
 
 
 def check_depth(depth: int) -> None:
-    """RecursionError past MAX_DEPTH (called at powers of two only)."""
-    if depth > MAX_DEPTH:
+    """RecursionError at MAX_DEPTH (called at powers of two only)."""
+    if depth >= MAX_DEPTH:
         raise RecursionError(
-            f"pytree is deeper than {MAX_DEPTH:,} levels; spruce walks trees iteratively, "
-            "but refuses trees this deep"
+            f"pytree is {MAX_DEPTH:,} levels deep or more; spruce walks trees iteratively, but "
+            "refuses trees this deep (a registered flatten function that makes a new child on "
+            "every call builds an endless tree)"
         )

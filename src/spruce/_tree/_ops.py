@@ -116,6 +116,10 @@ def transpose(outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None, pytree_
     >>> transpose(outer, inner, [(1, 2), (3, 4), (5, 6)])
     ([1, 3, 5], [2, 4, 6])
     """
+    if not isinstance(outer_treedef, PyTreeDef):
+        raise TypeError(f"transpose: outer_treedef must be a PyTreeDef, got {type(outer_treedef).__name__}")
+    if inner_treedef is not None and not isinstance(inner_treedef, PyTreeDef):
+        raise TypeError(f"transpose: inner_treedef must be a PyTreeDef or None, got {type(inner_treedef).__name__}")
     if inner_treedef is None:
         subtrees = flatten_up_to(outer_treedef, pytree_to_transpose, "transpose", "the tree")
         if not subtrees:

@@ -451,6 +451,8 @@ def unregister(nodetype: type) -> type:
 
     Follows optree.unregister_pytree_node (jax.tree_util has no unregistration).
     """
+    if not isinstance(nodetype, type):
+        raise TypeError(f"unregister expects a class, got {nodetype!r}")
     with _lock:
         if nodetype in _BUILTIN_NODE_TYPES:
             raise ValueError(f"{qualified_name(nodetype)} is a built-in pytree node type and cannot be unregistered")
@@ -569,6 +571,8 @@ def register_dataclass(
       ValueError: only one of data_fields/meta_fields given for a non-dataclass; a field is in
         two of the lists; a dataclass field is in none of them; a name is not a field.
     """
+    if not isinstance(nodetype, type):
+        raise TypeError(f"register_dataclass expects a class, got {nodetype!r}")
     drop = tuple(drop_fields)
     is_dc = dataclasses.is_dataclass(nodetype)
     fields_by_name: dict[str, Any] = {}
@@ -629,6 +633,11 @@ def register_dataclass(
             drop_defaults.append((name, None, field.default_factory))
         elif field is not None and field.default is not dataclasses.MISSING:
             drop_defaults.append((name, field.default, None))
+        elif is_dc:
+            raise ValueError(
+                f"register_dataclass({qualified_name(nodetype)}): drop field {name!r} has no "
+                "default or default_factory, so unflatten could not give it a value"
+            )
     _register(
         NodeInfo(
             nodetype,
@@ -687,7 +696,9 @@ def expand(x: Any, none_is_leaf: bool) -> tuple[int, Any, list[Any]]:
     """Take one object apart: ``(code, data, children)``; code 0 means a leaf."""
     t = type(x)
     if t is list:
-        lst: list[Any] = x
+        # A copy: a callback that appends to (or clears) this list while it is walked must not
+        # change what the walk sees (as jax.tree_util, which flattens a snapshot).
+        lst: list[Any] = x[:]
         return (len(lst) << SHIFT) | LIST, None, lst
     if t is tuple:
         ch = list(x)
@@ -783,7 +794,7 @@ def match_children(code: int, data: Any, y: Any, none_is_leaf: bool) -> list[Any
     if kind == LIST:
         if t is list and len(y) == n:
             lst: list[Any] = y
-            return lst
+            return lst[:]
         return None
     if kind == TUPLE:
         if t is tuple and len(y) == n:
@@ -808,18 +819,6 @@ def match_children(code: int, data: Any, y: Any, none_is_leaf: bool) -> list[Any
     if data is not ydata and not bool(data == ydata):
         return None
     return ych
-
-
-def rebuild(code: int, data: Any, children: list[Any], original: Any) -> Any:
-    """``build`` for walkers that still hold the original node (map): an exact dict is rebuilt
-    by copying the original, which keeps its insertion order at the cost of one copy."""
-    if code & MASK == DICT:
-        out: dict[Any, Any] = original.copy()
-        keys = data.keys
-        for i in range(len(keys)):
-            out[keys[i]] = children[i]
-        return out
-    return build(code, data, children)
 
 
 def build(code: int, data: Any, children: list[Any]) -> Any:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 from ._errors import DEEP, check_depth, cycle_error, mismatch_error, nodes_of
 from ._keys import keystr  # noqa: F401  (used by the map_with_path doctest)
-from ._registry import LEAF, SHIFT, build, expand, expand_with_keys, match_children, rebuild
+from ._registry import LEAF, SHIFT, build, expand, expand_with_keys, match_children
 from ._treedef import PyTreeDef
 
 IsLeaf = Callable[[Any], Any] | None
@@ -380,7 +380,7 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
                 mark = None
                 mark_depth = 0
             pos = st_pos.pop()
-            built = rebuild(st_code.pop(), st_data.pop(), outs, seq[pos - 1])
+            built = build(st_code.pop(), st_data.pop(), outs)
             outs = st_outs.pop()
             n = len(seq)
             outs.append(built)
@@ -455,7 +455,7 @@ def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is
                 mark_depth = 0
             oseq = st_oseq.pop()
             pos = st_pos.pop()
-            built = rebuild(st_code.pop(), st_data.pop(), outs, seq[pos - 1])
+            built = build(st_code.pop(), st_data.pop(), outs)
             outs = st_outs.pop()
             n = len(seq)
             outs.append(built)
@@ -553,7 +553,7 @@ def _mapn(
             if st_seq:
                 kstack.pop()
             pos = st_pos.pop()
-            built = rebuild(st_code.pop(), st_data.pop(), outs, seq[pos - 1])
+            built = build(st_code.pop(), st_data.pop(), outs)
             outs = st_outs.pop()
             n = len(seq)
             outs.append(built)

@@ -8,6 +8,7 @@ walk the table iteratively, so a PyTreeDef of any depth is safe to use.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict, defaultdict, deque
 from typing import Any, Final, Iterable
@@ -28,6 +29,8 @@ from ._registry import (
     SHIFT,
     STRUCTSEQ,
     TUPLE,
+    MODE_DATACLASS,
+    MODE_STATIC,
     CustomData,
     DictData,
     _is_namedtuple_type,
@@ -116,12 +119,24 @@ class PyTreeDef:
         Raises:
           ValueError: the number of leaves differs from ``num_leaves`` (both counts are named).
         """
-        items = leaves if type(leaves) is list else list(leaves)
+        sized = hasattr(type(leaves), "__len__")
+        if type(leaves) is list:
+            items: list[Any] = leaves
+        elif sized:
+            items = list(leaves)
+        else:
+            # At most one leaf more than needed is taken, so an endless iterator also fails.
+            items = list(itertools.islice(leaves, self._num_leaves + 1))
         if len(items) != self._num_leaves:
-            few = "too few" if len(items) < self._num_leaves else "too many"
+            if len(items) < self._num_leaves:
+                given = f"{len(items)} were given"
+                few = "too few"
+            else:
+                given = f"{len(items)} were given" if sized else "more were given"
+                few = "too many"
             raise ValueError(
                 f"unflatten: {few} leaves: the PyTreeDef has {self._num_leaves} leaves, but "
-                f"{len(items)} were given (structure: {_clip(repr(self), 200)})"
+                f"{given} (structure: {_clip(short_repr(self, 200), 200)})"
             )
         leafy = self._leafy
         if leafy is None:
@@ -203,6 +218,7 @@ class PyTreeDef:
         Raises:
           ValueError: the two were made with different ``none_is_leaf``.
         """
+        _check_treedef(inner, "compose")
         if inner._none_is_leaf != self._none_is_leaf:
             raise ValueError("compose: both PyTreeDefs must have the same none_is_leaf")
         codes: list[int] = []
@@ -224,6 +240,7 @@ class PyTreeDef:
         Every structure is a prefix of itself unless ``strict``.  ``PyTreeDef(*)`` is a prefix
         of everything.
         """
+        _check_treedef(other, "is_prefix_of")
         if self._none_is_leaf != other._none_is_leaf:
             return False
         a, b = self._codes, other._codes
@@ -247,6 +264,7 @@ class PyTreeDef:
 
     def is_suffix_of(self, other: PyTreeDef, strict: bool = False) -> bool:
         """True if ``other`` is a prefix of this structure (see ``is_prefix_of``)."""
+        _check_treedef(other, "is_suffix_of")
         return other.is_prefix_of(self, strict)
 
     def paths(self) -> list[tuple[Any, ...]]:
@@ -323,6 +341,11 @@ class PyTreeDef:
 
     def __deepcopy__(self, memo: Any) -> PyTreeDef:
         return self
+
+
+def _check_treedef(x: object, what: str) -> None:
+    if not isinstance(x, PyTreeDef):
+        raise TypeError(f"{what}: expected a PyTreeDef, got {type(x).__name__}")
 
 
 class _Placeholder:
@@ -621,7 +644,15 @@ def _decode(kind: int, arity: int, d: Any) -> Any:
     info = lookup(d[1])
     if info.kind != CUSTOM:
         raise _bad(f"{d[1].__name__} is not registered as a pytree node (register it before unpickling)")
-    return CustomData(info, d[2])
+    aux = d[2]
+    if info.mode == MODE_DATACLASS:
+        if arity != len(info.data_fields):
+            raise _bad(f"{d[1].__name__} has {len(info.data_fields)} data fields but the node has {arity} children")
+        if not isinstance(aux, tuple) or len(aux) != len(info.meta_fields):
+            raise _bad(f"{d[1].__name__} node data must be a tuple of its {len(info.meta_fields)} meta fields")
+    elif info.mode == MODE_STATIC and arity != 0:
+        raise _bad(f"{d[1].__name__} is registered static: its nodes have no children")
+    return CustomData(info, aux)
 
 
 def _treedef_from_state(state: Any) -> PyTreeDef:
@@ -697,11 +728,13 @@ def treedef_tuple(treedefs: Iterable[PyTreeDef]) -> PyTreeDef:
 
 def treedef_children(treedef: PyTreeDef) -> list[PyTreeDef]:
     """``treedef.children()`` (jax.tree_util)."""
+    _check_treedef(treedef, "treedef_children")
     return treedef.children()
 
 
 def treedef_is_leaf(treedef: PyTreeDef) -> bool:
     """True if the structure has a single node (a leaf, or an empty container), as jax.tree_util."""
+    _check_treedef(treedef, "treedef_is_leaf")
     return treedef.num_nodes == 1
 
 

@@ -1,0 +1,129 @@
+"""filter / partition / combine: splitting a pytree by a predicate on its leaves and merging it
+back.  Semantics follow equinox.filter / partition / combine: removed leaves become ``None``
+(an empty node), and ``combine`` takes the first non-None leaf at each position.
+
+``spruce.partition(tree, filter_spec)`` (this module) is Equinox's function; the engine's
+``spruce.tree.partition(pred, tree)`` is optree's, with the arguments the other way round.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from . import tree as _tree
+
+IsLeaf = Callable[[Any], bool] | None
+
+
+def _keep_mask(spec: Any, subtree: Any, is_leaf: IsLeaf) -> Any:
+    """A tree of bools (subtree's structure) from one filter_spec leaf."""
+    if isinstance(spec, bool):
+        return _tree.map(lambda _: spec, subtree, is_leaf=is_leaf)
+    if callable(spec):
+
+        def keep(x: Any) -> bool:
+            out = spec(x)
+            if not isinstance(out, bool):
+                raise TypeError(
+                    f"filter: the filter_spec function {getattr(spec, '__name__', spec)!r} must "
+                    f"return a bool for every leaf, got {type(out).__name__} for a leaf of type "
+                    f"{type(x).__name__}"
+                )
+            return out
+
+        return _tree.map(keep, subtree, is_leaf=is_leaf)
+    raise TypeError(
+        f"filter: filter_spec leaves must be bools or callables (leaf -> bool), got {type(spec).__name__}"
+    )
+
+
+def filter(
+    tree: Any,
+    filter_spec: Any,
+    inverse: bool = False,
+    replace: Any = None,
+    is_leaf: IsLeaf = None,
+) -> Any:
+    """Keep the leaves of ``tree`` selected by ``filter_spec``; replace the others.
+
+    Args:
+      tree: any pytree.
+      filter_spec: a bool, a callable ``leaf -> bool`` (e.g. ``spruce.is_array``), or a pytree
+        that is a prefix of ``tree`` whose leaves are bools or callables; each spec leaf
+        applies to every leaf of the matching subtree of ``tree``.
+      inverse: keep the leaves that are *not* selected.
+      replace: what removed leaves become (default None, an empty node, which ``combine``
+        fills back in).
+      is_leaf: as in ``spruce.tree.flatten``, for ``tree``.
+
+    Returns:
+      A pytree like ``tree`` with removed leaves set to ``replace``.
+
+    Raises:
+      ValueError: ``filter_spec`` is not a prefix of ``tree`` (names the key path).
+      TypeError: a spec leaf is neither bool nor callable, or a callable returns a non-bool.
+
+    >>> import spruce
+    >>> filter([1, 'a', 2.0], lambda x: isinstance(x, (int, float)))
+    [1, None, 2.0]
+    """
+    spec_def = _tree.structure(filter_spec)
+    subtrees = spec_def.flatten_up_to(tree)
+    masks = [_keep_mask(s, t, is_leaf) for s, t in zip(_tree.leaves(filter_spec), subtrees)]
+    mask = spec_def.unflatten(masks)
+    # The mask has tree's structure below each spec leaf, so one map over (tree, mask) works.
+    return _tree.map(lambda x, m: x if m != inverse else replace, tree, mask, is_leaf=is_leaf)
+
+
+def partition(
+    tree: Any,
+    filter_spec: Any,
+    replace: Any = None,
+    is_leaf: IsLeaf = None,
+) -> tuple[Any, Any]:
+    """Split ``tree`` in two: ``(filter(tree, spec), filter(tree, spec, inverse=True))``.
+
+    The usual split is ``params, static = spruce.partition(model, spruce.is_array)``; rebuild
+    with ``spruce.combine(params, static)``.  Arguments and errors as ``filter``.  Follows
+    equinox.partition.
+
+    >>> partition([1, 'a'], lambda x: isinstance(x, int))
+    ([1, None], [None, 'a'])
+    """
+    spec_def = _tree.structure(filter_spec)
+    subtrees = spec_def.flatten_up_to(tree)
+    masks = [_keep_mask(s, t, is_leaf) for s, t in zip(_tree.leaves(filter_spec), subtrees)]
+    mask = spec_def.unflatten(masks)
+    kept = _tree.map(lambda x, m: x if m else replace, tree, mask, is_leaf=is_leaf)
+    rest = _tree.map(lambda x, m: replace if m else x, tree, mask, is_leaf=is_leaf)
+    return kept, rest
+
+
+def combine(*trees: Any, is_leaf: IsLeaf = None) -> Any:
+    """Merge trees of the same structure (with None at removed leaves, as made by ``filter`` /
+    ``partition``): at each leaf position the first non-None value wins (None if all are None).
+
+    Raises:
+      TypeError: no trees given.
+      ValueError: the trees' structures differ (with None counted as a leaf); the message
+        names the position.
+
+    Follows equinox.combine.
+
+    >>> combine([1, None], [None, 'a'])
+    [1, 'a']
+    """
+    if not trees:
+        raise TypeError("combine() needs at least one tree")
+    out, treedef = _tree.flatten(trees[0], is_leaf, none_is_leaf=True)
+    for i, t in enumerate(trees[1:], start=1):
+        other, other_def = _tree.flatten(t, is_leaf, none_is_leaf=True)
+        if other_def != treedef:
+            raise ValueError(
+                f"combine: tree {i} does not have the structure of tree 0 (None counted as a "
+                f"leaf): {other_def} vs {treedef}"
+            )
+        for j, v in enumerate(other):
+            if out[j] is None:
+                out[j] = v
+    return treedef.unflatten(out)

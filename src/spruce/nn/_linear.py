@@ -1,0 +1,213 @@
+"""Linear, Identity, Lambda, Sequential, MLP."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterator, Literal, Sequence, overload
+
+import jax
+import jax.numpy as jnp
+
+from .._module import Module, field
+from ._common import check_key, check_shape, check_size, default_float_dtype
+
+Features = int | Literal["scalar"]
+
+
+def identity(x: Any) -> Any:
+    """Return ``x`` unchanged (the default ``final_activation`` of MLP)."""
+    return x
+
+
+class Linear(Module):
+    """An affine map ``y = weight @ x + bias`` on one example.
+
+    Args:
+      in_features: size of the input vector, or ``'scalar'`` for an input of shape ``()``.
+      out_features: size of the output vector, or ``'scalar'`` for an output of shape ``()``.
+      use_bias: whether to add ``bias``.
+      dtype: parameter dtype (default: JAX's default float, float32).
+      key: PRNG key (keyword-only, required), split in two: one for ``weight``, one for
+        ``bias``.
+
+    Fields: ``weight`` of shape ``(out, in)``, ``bias`` of shape ``(out,)`` or None (with
+    ``'scalar'`` counted as size 1); ``in_features``, ``out_features``, ``use_bias`` static.
+
+    Initialisation: both ``weight`` and ``bias`` are drawn from
+    ``uniform(-1/sqrt(fan_in), 1/sqrt(fan_in))`` with ``fan_in = in`` (the rule of PyTorch's and
+    Equinox's Linear); ``wkey, bkey = jax.random.split(key, 2)``.
+
+    Call: ``layer(x, *, key=None)`` with ``x`` of shape ``(in,)`` (``()`` for ``'scalar'``),
+    returns shape ``(out,)`` (``()`` for ``'scalar'``) in the promoted dtype of x and the
+    parameters.  ``key`` is accepted and ignored (for Sequential).  Raises ValueError for a
+    wrong input shape.
+    """
+
+    weight: jax.Array
+    bias: jax.Array | None
+    in_features: Features = field(static=True)
+    out_features: Features = field(static=True)
+    use_bias: bool = field(static=True)
+
+    def __init__(
+        self,
+        in_features: Features,
+        out_features: Features,
+        use_bias: bool = True,
+        dtype: Any = None,
+        *,
+        key: jax.Array,
+    ) -> None:
+        check_size(in_features, "in_features", "Linear", allow_scalar=True)
+        check_size(out_features, "out_features", "Linear", allow_scalar=True)
+        key = check_key(key, "Linear")
+        dtype = default_float_dtype(dtype)
+        n_in = 1 if in_features == "scalar" else int(in_features)
+        n_out = 1 if out_features == "scalar" else int(out_features)
+        wkey, bkey = jax.random.split(key, 2)
+        lim = 1.0 / math.sqrt(n_in) if n_in > 0 else 0.0
+        self.weight = jax.random.uniform(wkey, (n_out, n_in), dtype, minval=-lim, maxval=lim)
+        self.bias = jax.random.uniform(bkey, (n_out,), dtype, minval=-lim, maxval=lim) if use_bias else None
+        self.in_features = in_features
+        self.out_features = out_features
+        self.use_bias = bool(use_bias)
+
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        if self.in_features == "scalar":
+            check_shape(x, (), "Linear('scalar' in)")
+            x = jnp.reshape(x, (1,))
+        else:
+            check_shape(x, (self.weight.shape[1],), "Linear")
+        y = self.weight @ x
+        if self.bias is not None:
+            y = y + self.bias
+        if self.out_features == "scalar":
+            y = jnp.reshape(y, ())
+        return y
+
+
+class Identity(Module):
+    """The identity layer: ``Identity()(x) is x``.  Accepts and ignores any constructor
+    arguments (so it can stand in for another layer) and the call's ``key``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        del args, kwargs
+
+    def __call__(self, x: Any, *, key: jax.Array | None = None) -> Any:
+        return x
+
+
+class Lambda(Module):
+    """Wrap a function of one argument as a layer (e.g. ``Lambda(jax.nn.relu)`` in a
+    Sequential).  ``fn`` is a static field (so it must be hashable, as functions are); the
+    call's ``key`` is ignored.  Raises TypeError if ``fn`` is not callable."""
+
+    fn: Callable[[Any], Any] = field(static=True)
+
+    def __check_init__(self) -> None:
+        if not callable(self.fn):
+            raise TypeError(f"Lambda(fn): fn must be callable, got {type(self.fn).__name__}")
+
+    def __call__(self, x: Any, *, key: jax.Array | None = None) -> Any:
+        return self.fn(x)
+
+
+class Sequential(Module):
+    """Layers applied in order: ``Sequential((a, b))(x) == b(a(x))``.
+
+    ``layers`` is any sequence of callables taking ``(x, *, key=None)`` (the spruce.nn layers,
+    or ``Lambda(f)`` for a plain function); it is stored as a tuple.  Call:
+    ``seq(x, *, key=None)``; a key is split into one key per layer, None gives every layer None.
+    Indexing: ``seq[i]`` is a layer, ``seq[i:j]`` a Sequential; ``len`` and iteration work.
+    """
+
+    layers: tuple[Any, ...] = field(converter=tuple)
+
+    def __call__(self, x: Any, *, key: jax.Array | None = None) -> Any:
+        keys: Sequence[Any] = [None] * len(self.layers) if key is None else list(jax.random.split(key, len(self.layers)))
+        for layer, k in zip(self.layers, keys):
+            x = layer(x, key=k)
+        return x
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequential: ...
+
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return Sequential(self.layers[i])
+        return self.layers[i]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.layers)
+
+
+class MLP(Module):
+    """A multi-layer perceptron: ``depth`` hidden layers of size ``width_size``.
+
+    Args:
+      in_size, out_size: input / output vector sizes (``'scalar'`` allowed, as Linear).
+      width_size: hidden size; depth: number of hidden layers (0 gives a single Linear).
+      activation: applied after every hidden layer (default ``jax.nn.relu``).
+      final_activation: applied to the output (default identity).
+      use_bias, use_final_bias: biases of the hidden / last Linear.
+      dtype: parameter dtype (default float32).
+      key: PRNG key (keyword-only, required), split into ``depth + 1`` keys, one per Linear.
+
+    Fields: ``layers`` (tuple of ``depth + 1`` Linear, initialised as Linear documents); the
+    sizes and both activations are static (functions must be hashable).
+
+    Call: ``mlp(x, *, key=None)`` with ``x`` of shape ``(in_size,)`` returns ``(out_size,)``.
+    """
+
+    layers: tuple[Linear, ...]
+    activation: Callable[[Any], Any] = field(static=True)
+    final_activation: Callable[[Any], Any] = field(static=True)
+    in_size: Features = field(static=True)
+    out_size: Features = field(static=True)
+    width_size: int = field(static=True)
+    depth: int = field(static=True)
+
+    def __init__(
+        self,
+        in_size: Features,
+        out_size: Features,
+        width_size: int,
+        depth: int,
+        activation: Callable[[Any], Any] = jax.nn.relu,
+        final_activation: Callable[[Any], Any] = identity,
+        use_bias: bool = True,
+        use_final_bias: bool = True,
+        dtype: Any = None,
+        *,
+        key: jax.Array,
+    ) -> None:
+        check_size(width_size, "width_size", "MLP")
+        check_size(depth, "depth", "MLP")
+        key = check_key(key, "MLP")
+        keys = jax.random.split(key, depth + 1)
+        layers: list[Linear] = []
+        if depth == 0:
+            layers.append(Linear(in_size, out_size, use_final_bias, dtype, key=keys[0]))
+        else:
+            layers.append(Linear(in_size, width_size, use_bias, dtype, key=keys[0]))
+            for i in range(depth - 1):
+                layers.append(Linear(width_size, width_size, use_bias, dtype, key=keys[i + 1]))
+            layers.append(Linear(width_size, out_size, use_final_bias, dtype, key=keys[-1]))
+        self.layers = tuple(layers)
+        self.activation = activation
+        self.final_activation = final_activation
+        self.in_size = in_size
+        self.out_size = out_size
+        self.width_size = width_size
+        self.depth = depth
+
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        for layer in self.layers[:-1]:
+            x = self.activation(layer(x))
+        return self.final_activation(self.layers[-1](x))  # type: ignore[no-any-return]

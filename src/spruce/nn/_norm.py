@@ -1,0 +1,123 @@
+"""LayerNorm and RMSNorm."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from .._module import Module, field
+from ._common import check_shape, default_float_dtype
+
+
+def _as_shape(shape: Any, layer: str) -> tuple[int, ...]:
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        out = tuple(shape)
+    except TypeError:
+        raise TypeError(f"{layer}: shape must be an int or a tuple of ints, got {shape!r}") from None
+    for d in out:
+        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+            raise TypeError(f"{layer}: shape must be an int or a tuple of non-negative ints, got {shape!r}")
+    return out
+
+
+def _compute_dtype(x: jax.Array) -> Any:
+    # Statistics in at least float32 (bf16/f16 inputs lose too much precision otherwise).
+    return jnp.promote_types(x.dtype, jnp.float32)
+
+
+class LayerNorm(Module):
+    """Layer normalisation over the whole example: ``(x - mean) / sqrt(var + eps) * weight + bias``.
+
+    Args:
+      shape: the input shape (int or tuple); mean and variance are taken over all its axes.
+      eps: added to the variance (default 1e-5).
+      use_weight, use_bias: learnable elementwise scale (init ones) / offset (init zeros) of
+        shape ``shape``; None when disabled.
+      dtype: parameter dtype (default float32).  No key: the initialisation is deterministic.
+
+    Call: ``ln(x, *, key=None)`` with ``x.shape == shape`` (ValueError otherwise); statistics
+    are computed in at least float32 and the result has the promoted dtype of x and the
+    parameters.  Follows ``torch.nn.LayerNorm`` / ``equinox.nn.LayerNorm`` (biased variance).
+    """
+
+    weight: jax.Array | None
+    bias: jax.Array | None
+    shape: tuple[int, ...] = field(static=True)
+    eps: float = field(static=True)
+
+    def __init__(
+        self,
+        shape: int | tuple[int, ...],
+        eps: float = 1e-5,
+        use_weight: bool = True,
+        use_bias: bool = True,
+        dtype: Any = None,
+    ) -> None:
+        self.shape = _as_shape(shape, "LayerNorm")
+        self.eps = float(eps)
+        dtype = default_float_dtype(dtype)
+        self.weight = jnp.ones(self.shape, dtype) if use_weight else None
+        self.bias = jnp.zeros(self.shape, dtype) if use_bias else None
+
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        check_shape(x, self.shape, "LayerNorm")
+        xf = x.astype(_compute_dtype(x))
+        mean = jnp.mean(xf)
+        centred = xf - mean
+        var = jnp.mean(centred * centred)
+        out = centred * jax.lax.rsqrt(var + self.eps)
+        if self.weight is not None:
+            out = out * self.weight
+        if self.bias is not None:
+            out = out + self.bias
+        params = [p for p in (self.weight, self.bias) if p is not None]
+        return out.astype(jnp.result_type(x, *params))
+
+
+class RMSNorm(Module):
+    """Root-mean-square normalisation: ``x / sqrt(mean(x**2) + eps) * weight (+ bias)``.
+
+    Args:
+      shape: the input shape (int or tuple); the mean is over all its axes.
+      eps: added to the mean square (default 1e-6).
+      use_weight: learnable scale, init ones (default True).
+      use_bias: learnable offset, init zeros (default False).
+      dtype: parameter dtype (default float32).  No key needed.
+
+    Call: ``norm(x, *, key=None)`` with ``x.shape == shape``; statistics in at least float32.
+    Follows Zhang & Sennrich (2019), as used in T5 / LLaMA.
+    """
+
+    weight: jax.Array | None
+    bias: jax.Array | None
+    shape: tuple[int, ...] = field(static=True)
+    eps: float = field(static=True)
+
+    def __init__(
+        self,
+        shape: int | tuple[int, ...],
+        eps: float = 1e-6,
+        use_weight: bool = True,
+        use_bias: bool = False,
+        dtype: Any = None,
+    ) -> None:
+        self.shape = _as_shape(shape, "RMSNorm")
+        self.eps = float(eps)
+        dtype = default_float_dtype(dtype)
+        self.weight = jnp.ones(self.shape, dtype) if use_weight else None
+        self.bias = jnp.zeros(self.shape, dtype) if use_bias else None
+
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        check_shape(x, self.shape, "RMSNorm")
+        xf = x.astype(_compute_dtype(x))
+        out = xf * jax.lax.rsqrt(jnp.mean(xf * xf) + self.eps)
+        if self.weight is not None:
+            out = out * self.weight
+        if self.bias is not None:
+            out = out + self.bias
+        params = [p for p in (self.weight, self.bias) if p is not None]
+        return out.astype(jnp.result_type(x, *params))
