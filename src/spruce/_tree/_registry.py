@@ -229,7 +229,7 @@ class DictData:
     keys: list[Any]  # never mutated after construction
     order: tuple[Any, ...] | None
     factory: Any
-    template: dict[Any, Any] | None  # dict.fromkeys(order), made on first rebuild
+    template: dict[Any, Any] | None  # dict.fromkeys(order), made when first rebuilt
 
     def __init__(self, keys: list[Any], order: tuple[Any, ...] | None, factory: Any) -> None:
         self.keys = keys

@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict, defaultdict, deque
 from typing import Any, Final, Iterable
 
-from ._errors import describe, mismatch_detail, nodes_of, path_of, path_text, short_repr
+from ._errors import mismatch_detail, nodes_of, path_of, path_text, short_repr
 from ._registry import (
     CUSTOM,
     DEFAULTDICT,
@@ -736,9 +736,3 @@ def treedef_is_leaf(treedef: PyTreeDef) -> bool:
     """True if the structure has a single node (a leaf, or an empty container), as jax.tree_util."""
     _check_treedef(treedef, "treedef_is_leaf")
     return treedef.num_nodes == 1
-
-
-def describe_root(td: PyTreeDef) -> str:
-    """Description of the root node of ``td`` for error messages."""
-    c = td._codes[0]
-    return describe(c, td._data[0] if c != LEAF else None, None)
