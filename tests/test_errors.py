@@ -503,3 +503,39 @@ def test_pickle_round_trip_then_loads_of_garbage_state() -> None:
             with pytest.raises(ValueError):
                 fn(*[garbage if i == j else a for i, a in enumerate(args)])
     assert pickle.loads(pickle.dumps(treedef)) == treedef
+
+
+# ------------------------------------------------------------- mutation during a walk
+
+
+def test_items_appended_by_a_callback_are_not_walked() -> None:
+    # as jax.tree_util: the walk sees the list as it was when entered (map used to loop forever)
+    root: list[object] = [[0]]
+    calls: list[object] = []
+
+    def f(x: object) -> object:
+        calls.append(x)
+        root.append([0])
+        return x
+
+    assert st.map(f, root) == [[0]]
+    assert calls == [0]
+    # is_leaf runs on the root before the root is entered, so only appends made while the
+    # list is being walked (here: when is_leaf sees its int items) are left out
+    grown: list[object] = [1, 2]
+    seen = st.leaves(grown, is_leaf=lambda x: isinstance(x, int) and grown.append(9) and False)
+    assert seen == [1, 2]
+    assert grown == [1, 2, 9, 9]
+
+
+@pytest.mark.parametrize("two_trees", [False, True], ids=["map", "map2"])
+def test_a_list_shrunk_by_a_callback_raises_a_clear_error(two_trees: bool) -> None:
+    victim = [1, 2, 3]
+
+    def f(x: object, *rest: object) -> object:
+        victim.clear()
+        return x
+
+    trees = ([victim, 9], [[0, 0, 0], 0]) if two_trees else ([victim, 9],)
+    with pytest.raises(RuntimeError, match="changed size while it was being walked"):
+        st.map(f, *trees)

@@ -220,3 +220,12 @@ def check_depth(depth: int) -> None:
             "refuses trees this deep (a registered flatten function that makes a new child on "
             "every call builds an endless tree)"
         )
+
+
+def changed_size(seq: list[Any], n: int) -> RuntimeError:
+    """A list shrank while it was being walked (a callback removed items from it)."""
+    return RuntimeError(
+        f"a list of the pytree changed size while it was being walked (it had {n} items, now "
+        f"{len(seq)}); callbacks (f, is_leaf, flatten functions) must not remove items from "
+        "the tree they are walking"
+    )

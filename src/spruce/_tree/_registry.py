@@ -696,9 +696,9 @@ def expand(x: Any, none_is_leaf: bool) -> tuple[int, Any, list[Any]]:
     """Take one object apart: ``(code, data, children)``; code 0 means a leaf."""
     t = type(x)
     if t is list:
-        # A copy: a callback that appends to (or clears) this list while it is walked must not
-        # change what the walk sees (as jax.tree_util, which flattens a snapshot).
-        lst: list[Any] = x[:]
+        # The list itself, not a copy: walkers fix its length when they enter it (items a
+        # callback appends are not visited) and raise if it shrinks under them.
+        lst: list[Any] = x
         return (len(lst) << SHIFT) | LIST, None, lst
     if t is tuple:
         ch = list(x)

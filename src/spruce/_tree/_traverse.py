@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
-from ._errors import DEEP, check_depth, cycle_error, mismatch_error, nodes_of
+from ._errors import DEEP, changed_size, check_depth, cycle_error, mismatch_error, nodes_of
 from ._keys import keystr  # noqa: F401  (used by the map_with_path doctest)
 from ._registry import LEAF, SHIFT, build, expand, expand_with_keys, match_children
 from ._treedef import PyTreeDef
@@ -30,11 +30,14 @@ def flatten_into(
     n = 1
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
+    st_n: list[int] = []  # each frame's child count, fixed when it was entered
     mark: object = None  # cycle check of deep walks: see _errors.DEEP
     mark_depth = 0
     leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
+            if pos >= len(seq):
+                raise changed_size(seq, n)
             x = seq[pos]
             pos += 1
             if is_leaf is not None and is_leaf(x):
@@ -58,6 +61,7 @@ def flatten_into(
                 continue
             st_seq.append(seq)
             st_pos.append(pos)
+            st_n.append(n)
             depth = len(st_seq)
             if depth >= DEEP:
                 if x is mark:
@@ -75,7 +79,7 @@ def flatten_into(
                 mark = None
                 mark_depth = 0
             pos = st_pos.pop()
-            n = len(seq)
+            n = st_n.pop()
         else:
             return
 
@@ -151,11 +155,14 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
     n = 1
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
+    st_n: list[int] = []  # each frame's child count, fixed when it was entered
     mark: object = None  # cycle check of deep walks: see _errors.DEEP
     mark_depth = 0
     leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
+            if pos >= len(seq):
+                raise changed_size(seq, n)
             x = seq[pos]
             pos += 1
             if is_leaf is not None and is_leaf(x):
@@ -174,6 +181,7 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
                 continue
             st_seq.append(seq)
             st_pos.append(pos)
+            st_n.append(n)
             depth = len(st_seq)
             if depth >= DEEP:
                 if x is mark:
@@ -191,7 +199,7 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
                 mark = None
                 mark_depth = 0
             pos = st_pos.pop()
-            n = len(seq)
+            n = st_n.pop()
         else:
             return
 
@@ -221,11 +229,14 @@ def flatten_with_path(
     kstack: list[Any] = []
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
+    st_n: list[int] = []  # each frame's child count, fixed when it was entered
     mark: object = None  # cycle check of deep walks: see _errors.DEEP
     mark_depth = 0
     st_keys: list[list[Any]] = []
     while True:
         if pos < n:
+            if pos >= len(seq):
+                raise changed_size(seq, n)
             x = seq[pos]
             k = keys[pos]
             pos += 1
@@ -246,6 +257,7 @@ def flatten_with_path(
                 kstack.append(k)
             st_seq.append(seq)
             st_pos.append(pos)
+            st_n.append(n)
             st_keys.append(keys)
             depth = len(st_seq)
             if depth >= DEEP:
@@ -268,7 +280,7 @@ def flatten_with_path(
             keys = st_keys.pop()
             if st_seq:
                 kstack.pop()
-            n = len(seq)
+            n = st_n.pop()
         else:
             break
     return out, PyTreeDef(codes, data, len(out), none_is_leaf)
@@ -332,6 +344,7 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
     outs: list[Any] = []
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
+    st_n: list[int] = []  # each frame's child count, fixed when it was entered
     mark: object = None  # cycle check of deep walks: see _errors.DEEP
     mark_depth = 0
     st_outs: list[list[Any]] = []
@@ -340,6 +353,8 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
     leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
+            if pos >= len(seq):
+                raise changed_size(seq, n)
             x = seq[pos]
             pos += 1
             if is_leaf is not None and is_leaf(x):
@@ -359,6 +374,7 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
                 continue
             st_seq.append(seq)
             st_pos.append(pos)
+            st_n.append(n)
             st_outs.append(outs)
             st_code.append(code)
             st_data.append(d)
@@ -382,7 +398,7 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
             pos = st_pos.pop()
             built = build(st_code.pop(), st_data.pop(), outs)
             outs = st_outs.pop()
-            n = len(seq)
+            n = st_n.pop()
             outs.append(built)
         else:
             return outs[0]
@@ -398,6 +414,7 @@ def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is
     outs: list[Any] = []
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
+    st_n: list[int] = []  # each frame's child count, fixed when it was entered
     mark: object = None  # cycle check of deep walks: see _errors.DEEP
     mark_depth = 0
     st_outs: list[list[Any]] = []
@@ -406,6 +423,8 @@ def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is
     leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
+            if pos >= len(seq):
+                raise changed_size(seq, n)
             x = seq[pos]
             y = oseq[pos]
             pos += 1
@@ -432,6 +451,7 @@ def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is
             st_seq.append(seq)
             st_oseq.append(oseq)
             st_pos.append(pos)
+            st_n.append(n)
             st_outs.append(outs)
             st_code.append(code)
             st_data.append(d)
@@ -457,7 +477,7 @@ def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is
             pos = st_pos.pop()
             built = build(st_code.pop(), st_data.pop(), outs)
             outs = st_outs.pop()
-            n = len(seq)
+            n = st_n.pop()
             outs.append(built)
         else:
             return outs[0]
@@ -478,6 +498,7 @@ def _mapn(
     st_rseqs: list[list[list[Any]]] = []
     st_keys: list[list[Any]] = []
     st_pos: list[int] = []
+    st_n: list[int] = []  # each frame's child count, fixed when it was entered
     mark: object = None  # cycle check of deep walks: see _errors.DEEP
     mark_depth = 0
     st_outs: list[list[Any]] = []
@@ -486,6 +507,8 @@ def _mapn(
     leaf_type: object = None  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
+            if pos >= len(seq):
+                raise changed_size(seq, n)
             x = seq[pos]
             ys = [r[pos] for r in rseqs]
             k: Any = keys[pos] if with_path else None
@@ -526,6 +549,7 @@ def _mapn(
             st_rseqs.append(rseqs)
             st_keys.append(keys)
             st_pos.append(pos)
+            st_n.append(n)
             st_outs.append(outs)
             st_code.append(code)
             st_data.append(d)
@@ -555,7 +579,7 @@ def _mapn(
             pos = st_pos.pop()
             built = build(st_code.pop(), st_data.pop(), outs)
             outs = st_outs.pop()
-            n = len(seq)
+            n = st_n.pop()
             outs.append(built)
         else:
             return outs[0]

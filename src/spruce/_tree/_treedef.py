@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict, defaultdict, deque
 from typing import Any, Final, Iterable
 
-from ._errors import mismatch_detail, nodes_of, path_of, path_text, short_repr
+from ._errors import changed_size, mismatch_detail, nodes_of, path_of, path_text, short_repr
 from ._registry import (
     CUSTOM,
     DEFAULTDICT,
@@ -461,11 +461,14 @@ def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str) -> list[Any]:
     st_seq: list[list[Any]] = []
     st_pos: list[int] = []
     di = 0
+    st_n: list[int] = []
     for c in codes:
         while pos >= n:
             seq = st_seq.pop()
             pos = st_pos.pop()
-            n = len(seq)
+            n = st_n.pop()
+        if pos >= len(seq):
+            raise changed_size(seq, n)
         x = seq[pos]
         pos += 1
         if c == LEAF:
@@ -486,6 +489,7 @@ def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str) -> list[Any]:
             continue
         st_seq.append(seq)
         st_pos.append(pos)
+        st_n.append(n)
         seq = ych
         pos = 0
         n = len(ych)
