@@ -70,12 +70,17 @@ class LayerNorm(Module):
         centred = xf - mean
         var = jnp.mean(centred * centred)
         out = centred * jax.lax.rsqrt(var + self.eps)
-        if self.weight is not None:
-            out = out * self.weight
-        if self.bias is not None:
-            out = out + self.bias
-        params = [p for p in (self.weight, self.bias) if p is not None]
-        return out.astype(jnp.result_type(x, *params))
+        return _scale_shift(out, x, self.weight, self.bias)
+
+
+def _scale_shift(out: jax.Array, x: jax.Array, weight: jax.Array | None, bias: jax.Array | None) -> jax.Array:
+    """``out * weight + bias`` (each optional), cast to the promoted dtype of x and the params."""
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    params = [p for p in (weight, bias) if p is not None]
+    return out.astype(jnp.result_type(x, *params))
 
 
 class RMSNorm(Module):
@@ -115,9 +120,4 @@ class RMSNorm(Module):
         check_shape(x, self.shape, "RMSNorm")
         xf = x.astype(_compute_dtype(x))
         out = xf * jax.lax.rsqrt(jnp.mean(xf * xf) + self.eps)
-        if self.weight is not None:
-            out = out * self.weight
-        if self.bias is not None:
-            out = out + self.bias
-        params = [p for p in (self.weight, self.bias) if p is not None]
-        return out.astype(jnp.result_type(x, *params))
+        return _scale_shift(out, x, self.weight, self.bias)
