@@ -1,0 +1,58 @@
+"""spruce.io: pytrees to and from checkpoints (.safetensors and .npz), atomically and lazily.
+
+``save(path, tree)`` writes every array leaf as a tensor named by its key path in dotted form
+(``encoder.layers.0.attention.query.weight`` — the naming of PyTorch state dicts and Hugging
+Face checkpoints) and the tree's structure as JSON in the file's metadata; ``load(path)``
+rebuilds the tree, ``load(path, like=tree)`` fills a given structure (a Module included) and
+checks every shape and dtype.  Files from other tools load too: a flat ``{name: tensor}`` file
+nests by its dotted names (``unflatten_names``).
+
+- ``save(path, tree, *, metadata=None)``
+- ``load(path, like=None, *, strict=True, rename=None)`` -> tree, or ``LoadResult`` when
+  ``strict=False``
+- ``read_header(path)`` -> ``{name: TensorInfo(dtype, shape, size, nbytes)}``, no data read
+- ``read_metadata(path)`` -> the file's str -> str metadata
+- ``flatten_names(tree, *, sep='.')`` / ``unflatten_names(flat, *, sep='.')``
+- ``CheckpointError`` (unreadable / corrupted / unrebuildable file) and ``MismatchError``
+  (the file does not fit ``like``), both ValueErrors.
+
+Guarantees: writes are atomic (temporary file, fsync, rename); loading never unpickles and
+validates every header before touching data (a lying or truncated file raises
+CheckpointError without allocating what it declares); arrays are memory-mapped, so opening a
+10 GB checkpoint reads only what is used.  The file format — names, metadata schema, the
+rules for non-array leaves — is documented in docs/io.md.
+
+>>> import os, tempfile, numpy as np
+>>> import spruce.io
+>>> path = os.path.join(tempfile.mkdtemp(), 'model.safetensors')
+>>> params = {'encoder': [{'w': np.eye(2, dtype=np.float32)}], 'step': 7}
+>>> spruce.io.save(path, params)
+>>> list(spruce.io.read_header(path))
+['encoder.0.w']
+>>> spruce.io.load(path)['step']
+7
+"""
+
+from ._api import LoadResult as LoadResult
+from ._api import TensorInfo as TensorInfo
+from ._api import load as load
+from ._api import read_header as read_header
+from ._api import read_metadata as read_metadata
+from ._api import save as save
+from ._errors import CheckpointError as CheckpointError
+from ._errors import MismatchError as MismatchError
+from ._names import flatten_names as flatten_names
+from ._names import unflatten_names as unflatten_names
+
+__all__ = [
+    "CheckpointError",
+    "LoadResult",
+    "MismatchError",
+    "TensorInfo",
+    "flatten_names",
+    "load",
+    "read_header",
+    "read_metadata",
+    "save",
+    "unflatten_names",
+]

