@@ -1,0 +1,22 @@
+"""spruce.models: pretrained models as spruce Modules (imports JAX; ``import spruce`` does not
+import this package).
+
+- ``spruce.models.bert``: a BERT encoder built from ``spruce.nn`` layers — ``BertConfig`` (read
+  from a Hugging Face ``config.json``), ``BertModel`` (one sequence per call, ``jax.vmap`` for a
+  batch) and ``checkpoint_key``, the mapping from Hugging Face tensor names to the Module's
+  key paths used with ``spruce.io.load(..., rename=)``.
+- ``spruce.models.minilm``: the sentence-embedding model all-MiniLM-L6-v2 —
+  ``minilm.load()`` returns the Module, ``minilm.encode(sentences)`` the ``(n, 384)`` float32
+  unit-norm embeddings, ``minilm.demo()`` is the ``spruce demo`` command.
+
+>>> from spruce.models import minilm
+>>> minilm.EMBEDDING_SIZE
+384
+"""
+
+from . import bert as bert
+from . import minilm as minilm
+from .bert import BertConfig as BertConfig
+from .bert import BertModel as BertModel
+
+__all__ = ["BertConfig", "BertModel", "bert", "minilm"]

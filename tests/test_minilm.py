@@ -1,0 +1,205 @@
+"""spruce.models: BERT as spruce Modules, and all-MiniLM-L6-v2 against PyTorch's embeddings.
+
+The reference file ``tests/data/minilm_reference.npz`` is written by
+``scripts/make_minilm_reference.py`` with torch + sentence-transformers (not needed here).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import spruce
+import spruce.io
+from spruce.models import bert, minilm
+from spruce.models.bert import BertConfig, BertModel
+
+REFERENCE = pathlib.Path(__file__).parent / "data" / "minilm_reference.npz"
+N_PARAMS = 22_713_728
+N_TENSORS = 104
+
+
+@pytest.fixture(scope="module")
+def reference() -> tuple[list[str], np.ndarray]:
+    with np.load(REFERENCE) as data:
+        return [str(s) for s in data["sentences"]], data["embeddings"]
+
+
+# --- all-MiniLM-L6-v2 -----------------------------------------------------------------------
+
+
+def test_reference_embeddings(reference: tuple[list[str], np.ndarray]) -> None:
+    sentences, expected = reference
+    assert "" in sentences and len(sentences) >= 6
+    got = minilm.encode(sentences)
+    assert got.shape == (len(sentences), 384) and got.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    for i, s in enumerate(sentences):
+        diff = float(np.abs(got[i] - expected[i]).max())
+        cosine = float(got[i] @ expected[i] / (np.linalg.norm(got[i]) * np.linalg.norm(expected[i])))
+        assert diff <= 1e-4, (i, s[:40], diff)
+        assert cosine >= 0.9999, (i, s[:40], cosine)
+
+
+def test_reference_covers_truncation(reference: tuple[list[str], np.ndarray]) -> None:
+    # One sentence between tokenizer.json's own 128-token truncation and max_seq_length (256),
+    # one beyond 256: both limits are exercised by test_reference_embeddings.
+    with np.load(REFERENCE) as data:
+        counts = data["num_tokens"].tolist()
+    assert any(128 < n <= 256 for n in counts) and any(n > 256 for n in counts)
+
+
+def test_batching_and_order_do_not_change_results(reference: tuple[list[str], np.ndarray]) -> None:
+    sentences, expected = reference
+    # batch_size=2: several chunks in one length bucket (4 sentences of <= 16 tokens).
+    got = minilm.encode(list(reversed(sentences)), batch_size=2)[::-1]
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+    one = minilm.encode([sentences[1]])
+    np.testing.assert_allclose(one[0], got[1], atol=1e-5)
+
+
+def test_empty_inputs() -> None:
+    empties: list[Any] = [[], (), iter([])]
+    for empty in empties:
+        out = minilm.encode(empty)
+        assert out.shape == (0, 384) and out.dtype == np.float32
+    e = minilm.encode([""])
+    assert e.shape == (1, 384) and abs(float(np.linalg.norm(e)) - 1.0) < 1e-5
+
+
+def test_bad_inputs() -> None:
+    with pytest.raises(TypeError, match="single string"):
+        minilm.encode("a sentence")
+    with pytest.raises(TypeError, match=r"sentences\[1\] must be a str, got int"):
+        minilm.encode(["ok", 3])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="batch_size"):
+        minilm.encode(["ok"], batch_size=0)
+
+
+def test_one_compilation_per_bucket() -> None:
+    texts = ["hi", "a sentence of about ten tokens, give or take one"]
+    lengths = [len(minilm._get_encoder().tokenizer.encode(t).ids) for t in texts]
+    assert lengths[0] < lengths[1] <= 16  # two lengths, one bucket of 16 tokens
+    minilm.encode(["warm up"])  # (1 sentence, 16 tokens): compiled at most once, here
+    minilm.encode(["w", "a", "r", "m"])  # (4 sentences, 16 tokens)
+    traces, cached = minilm._traces, minilm._embed_jit._cache_size()
+    for text in texts:
+        minilm.encode([text])
+    minilm.encode(texts + ["a third sentence"])  # 3 sentences: padded to the batch bucket of 4
+    assert (minilm._traces, minilm._embed_jit._cache_size()) == (traces, cached)
+
+
+def test_load_parameter_count() -> None:
+    model = minilm.load()
+    assert isinstance(model, BertModel)
+    assert minilm.load() is model  # cached per process
+    leaves = spruce.tree.leaves(model)
+    assert len(leaves) == N_TENSORS
+    assert sum(int(x.size) for x in leaves) == N_PARAMS  # embeddings.position_ids (512) included
+    assert spruce.summary(model).params == N_PARAMS
+    pos = model.embeddings.position_ids
+    assert pos.shape == (1, 512) and pos.dtype == np.int64
+    assert len(model.layers) == 6 and model.layers[0].attention.num_heads == 12
+
+
+def test_checkpoint_names_map_onto_the_module() -> None:
+    names = list(spruce.io.read_header(minilm.model_path() / "model.safetensors"))
+    assert len(names) == N_TENSORS
+    config = BertConfig.from_json(minilm.model_path() / "config.json")
+    keys = set(spruce.io.flatten_names(BertModel.skeleton(config)))
+    mapped = [bert.checkpoint_key(n) for n in names]
+    assert None not in mapped
+    assert sorted(map(str, mapped)) == sorted(keys)  # a bijection onto the Module's leaves
+
+
+def test_load_goes_through_spruce_io(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    src = minilm.model_path()
+    (tmp_path / "config.json").write_bytes((src / "config.json").read_bytes())
+    tensors = load_file(str(src / "model.safetensors"))
+    tensors["encoder.layer.2.output.dense.bais"] = tensors.pop("encoder.layer.2.output.dense.bias")
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    with pytest.raises(spruce.io.MismatchError) as info:
+        minilm.load(tmp_path)
+    assert info.value.missing == ["layers.2.output.bias"]
+    assert info.value.unexpected == ["encoder.layer.2.output.dense.bais"]
+    assert "layers.2.output.bias" in str(info.value)
+
+    calls = []
+    real_load = spruce.io.load
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(spruce.io, "load", spy)
+    monkeypatch.setattr(minilm, "_models", {})
+    model = minilm.load()
+    assert len(calls) == 1 and isinstance(calls[0]["like"], BertModel)
+    assert calls[0]["rename"] is bert.checkpoint_key
+    assert spruce.summary(model).params == N_PARAMS
+
+
+def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    minilm.demo()
+    out = capsys.readouterr().out
+    assert "22,713,728" in out and "Traceback" not in out
+    assert out.count("ok spruce.io.load") == 2
+
+
+def test_import_spruce_does_not_import_models_or_jax() -> None:
+    code = "import sys, spruce; assert 'jax' not in sys.modules and 'spruce.models' not in sys.modules"
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(spruce.__file__).parents[1]))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+# --- the generic BERT encoder ----------------------------------------------------------------
+
+TINY = BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                  intermediate_size=16, max_position_embeddings=12)
+
+
+def _random_tiny_model(seed: int) -> BertModel:
+    # The skeleton filled by NumPy: BertModel(TINY, key=...) would compile one random op per
+    # parameter shape, slow on a loaded CI machine.
+    rng = np.random.default_rng(seed)
+    model: BertModel = spruce.tree.map(
+        lambda x: rng.normal(0.0, 0.5, x.shape).astype(x.dtype) if x.dtype == np.float32 else x,
+        BertModel.skeleton(TINY),
+    )
+    return model
+
+
+def test_padding_does_not_change_real_tokens() -> None:
+    model = _random_tiny_model(1)
+    ids = jnp.array([1, 7, 3, 2])
+
+    @jax.jit  # one compilation for both calls
+    def run(model: BertModel) -> tuple[jax.Array, jax.Array]:
+        plain = model(ids)
+        padded = model(jnp.array([1, 7, 3, 2, 0, 0, 0]), jnp.array([1, 1, 1, 1, 0, 0, 0]))
+        return plain, padded
+
+    plain, padded = run(model)
+    np.testing.assert_allclose(padded[:4], plain, atol=1e-5)
+    assert float(jnp.abs(padded[4:] - padded[:3]).max()) > 1e-3  # the model is not trivial
+
+
+def test_bert_config_errors() -> None:
+    with pytest.raises(ValueError, match="multiple of num_attention_heads"):
+        BertConfig(hidden_size=10, num_attention_heads=3)
+    with pytest.raises(ValueError, match="hidden_act"):
+        BertConfig(hidden_act="mish")
+    with pytest.raises(ValueError, match="absolute"):
+        BertConfig.from_dict({"position_embedding_type": "relative_key"})
+    with pytest.raises(ValueError, match="L <= 12"):
+        jax.eval_shape(BertModel.skeleton(TINY), jnp.zeros(13, int))
