@@ -1,5 +1,5 @@
 # spruce — the two commands of the README, and their helpers.
-#   make demo   the main job
+#   make demo   the main job: `spruce demo` (the MiniLM checkpoint as a spruce Module)
 #   make test   the whole test suite, against the compiled build and the uncompiled source
 # Each target makes its own virtual environment (.venv) and installs what it needs into it.
 
@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test test-compiled test-pure typecheck bench bench-quick build-compiled clean
+.PHONY: demo examples test test-compiled test-pure typecheck bench bench-quick build-compiled clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,12 @@ build-compiled: $(VENV)/.build-deps
 	$(PIP) install --no-build-isolation --no-deps --force-reinstall .
 
 demo: $(VENV)/.demo-deps build-compiled
-	$(PY) examples/seed_pytrees.py
-	$(PY) examples/seed_equinox.py
+	$(VENV)/bin/spruce demo
+
+examples: $(VENV)/.demo-deps build-compiled
+	for f in examples/seed_pytrees.py examples/nn_dict_params.py examples/nn_namedtuple_params.py \
+	         examples/seed_equinox.py examples/transformer_block_params.py examples/train.py; do \
+	    echo "== $$f"; $(PY) $$f || exit 1; done
 
 typecheck: $(VENV)/.deps
 	$(PY) -m mypy --strict src/spruce

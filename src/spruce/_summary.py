@@ -3,17 +3,55 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import sys
 from typing import Any
 
 from . import tree as _tree
-from ._module._arrays import array_summary, is_array
+from ._module._arrays import array_summary
+
+
+def _is_dim(d: object) -> bool:
+    return isinstance(d, int) and not isinstance(d, bool) and d >= 0
+
+
+def _shape_and_itemsize(x: Any) -> tuple[tuple[int, ...], int] | None:
+    """``(shape, dtype.itemsize)`` of a leaf that ``summary`` counts, else None.
+
+    Counted: an object (not a class) whose ``shape`` is a tuple of non-negative ints and whose
+    ``dtype`` is a ``numpy.dtype`` (ml_dtypes' bfloat16, int4, float8_* included) or a JAX
+    extended dtype (PRNG keys): JAX and NumPy arrays and scalars, tracers, and
+    ``jax.ShapeDtypeStruct``.  NumPy and JAX are looked up in ``sys.modules``, never imported:
+    a dtype of theirs cannot exist before they are.
+    """
+    if isinstance(x, type):
+        return None
+    shape = getattr(x, "shape", None)
+    if not isinstance(shape, tuple) or not all(_is_dim(d) for d in shape):
+        return None
+    dtype = getattr(x, "dtype", None)
+    itemsize = getattr(dtype, "itemsize", None)
+    if type(itemsize) is not int:
+        return None
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(dtype, np.dtype):
+        return shape, itemsize
+    jax = sys.modules.get("jax")
+    if jax is not None and not isinstance(dtype, type):
+        try:
+            if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
+                return shape, itemsize
+        except TypeError:  # not a dtype JAX knows (e.g. another library's)
+            pass
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
 class SummaryRow:
     """One subtree: its key path (``''`` for the root, else e.g. ``'.layers[0]'``), depth,
-    type name (``f32[2,3]`` for an array), number of array leaves, total elements
-    (``params``) and total bytes.  None subtrees (e.g. a disabled bias) get no row."""
+    type name (``f32[2,3]`` for an array or ``jax.ShapeDtypeStruct``), number of array leaves
+    (``arrays``), total elements (``params``) and total bytes.  None subtrees (e.g. a disabled
+    bias) get no row.  What counts as an array leaf: see ``spruce.summary``."""
 
     path: str
     depth: int
@@ -37,7 +75,7 @@ class Summary:
 
     @property
     def bytes(self) -> int:
-        """Total bytes of the array leaves (``size * itemsize``)."""
+        """Total bytes of the array leaves (elements times ``dtype.itemsize``)."""
         return self.rows[0].bytes
 
     @property
@@ -65,6 +103,20 @@ def _human(n: int) -> str:
 def summary(tree: Any, *, max_depth: int | None = 2, is_leaf: Any = None) -> Summary:
     """Count parameters (array elements) and bytes of ``tree``, per subtree.
 
+    Only shapes and dtypes are read: nothing is computed on device or read from memory.
+
+    What counts: every leaf with a ``shape`` that is a tuple of ints and a NumPy dtype (or a
+    JAX extended dtype, as PRNG key arrays have) is an array leaf of ``prod(shape)`` elements
+    and ``prod(shape) * dtype.itemsize`` bytes.  That covers JAX and NumPy arrays, NumPy
+    scalars, ml_dtypes (bfloat16, float8_*, int4 — one byte per element, numpy's itemsize),
+    tracers, and ``jax.ShapeDtypeStruct``: a model built with ``jax.eval_shape`` is counted
+    without allocating it, with the same totals as the real one.
+
+    What does not: Python scalars (``1``, ``0.5``, ``True``), strings, functions and other
+    leaves count zero (within ``max_depth`` they get a row of zeros named by their type), as do
+    objects whose shape has symbolic dimensions, and classes (``np.float32`` itself).  None
+    (an empty place, e.g. a disabled bias) gets no row.
+
     Args:
       tree: any pytree (a Module, a dict of params, ...).
       max_depth: rows for subtrees down to this depth (root = 0); None for every node.
@@ -73,13 +125,20 @@ def summary(tree: Any, *, max_depth: int | None = 2, is_leaf: Any = None) -> Sum
     Returns:
       A ``Summary``: ``.params``, ``.bytes``, ``.arrays`` totals and ``.rows`` (one
       ``SummaryRow`` per subtree, in tree order); ``print(summary(model))`` shows a table.
-      Only array leaves (``spruce.is_array``: JAX and NumPy arrays) count; Python scalars and
-      other leaves count zero.  Nothing is computed on device (shapes and dtypes only).
+
+    Raises:
+      ValueError: ``max_depth`` is negative.
 
     >>> import numpy as np
     >>> s = summary({'W': np.zeros((3, 4), np.float32), 'b': np.zeros(4, np.float32), 'n': 1})
     >>> s.params, s.bytes, [r.path for r in s.rows]
     (16, 64, ['', "['W']", "['b']", "['n']"])
+    >>> import jax, jax.numpy as jnp
+    >>> shapes = jax.eval_shape(lambda: {'W': jnp.zeros((3, 4)), 'b': jnp.zeros(4)})
+    >>> shapes['W']
+    ShapeDtypeStruct(shape=(3, 4), dtype=float32)
+    >>> summary(shapes).params, summary(shapes).bytes, summary(shapes).rows[1].type_name
+    (16, 64, 'f32[3,4]')
     """
     if max_depth is not None and max_depth < 0:
         raise ValueError(f"summary: max_depth must be None or >= 0, got {max_depth}")
@@ -88,7 +147,7 @@ def summary(tree: Any, *, max_depth: int | None = 2, is_leaf: Any = None) -> Sum
     def row(path: tuple[Any, ...], node: Any) -> list[Any]:
         r = rows.get(path)
         if r is None:
-            name = array_summary(node) if is_array(node) else type(node).__name__
+            name = type(node).__name__ if _shape_and_itemsize(node) is None else array_summary(node)
             r = [_tree.keystr(path), len(path), name, 0, 0, 0]
             rows[path] = r
         return r
@@ -109,10 +168,11 @@ def summary(tree: Any, *, max_depth: int | None = 2, is_leaf: Any = None) -> Sum
         children, _ = _tree.flatten_one_level_with_path(node)
         stack.extend((path + (k,), c) for k, c in reversed(children))
     for path, leaf in _tree.leaves_with_path(tree, is_leaf):
-        if not is_array(leaf):
+        shaped = _shape_and_itemsize(leaf)
+        if shaped is None:
             continue
-        size = int(getattr(leaf, "size", 0))
-        nbytes = size * int(leaf.dtype.itemsize)
+        size = math.prod(shaped[0])
+        nbytes = size * shaped[1]
         depth = len(path) if max_depth is None else min(len(path), max_depth)
         for d in range(depth + 1):
             r = rows[path[:d]]

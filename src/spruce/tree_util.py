@@ -7,6 +7,8 @@ code written for JAX runs unchanged.  Every name here is the same object as in `
 (Equinox's convention) where JAX returns the node's aux data.
 """
 
+from typing import Any as _Any
+
 from .tree import DictKey as DictKey
 from .tree import FlattenedIndexKey as FlattenedIndexKey
 from .tree import GetAttrKey as GetAttrKey
@@ -45,9 +47,50 @@ from .tree import treedef_children as treedef_children
 from .tree import treedef_is_leaf as treedef_is_leaf
 from .tree import treedef_tuple as treedef_tuple
 
-from typing import Any
+KeyEntry = _Any
+KeyPath = tuple[_Any, ...]
 
-KeyEntry = Any
-KeyPath = tuple[Any, ...]
-
-__all__ = [name for name in dir() if not name.startswith("_") and name != "Any"]
+# A literal list: type checkers read it to know what this module exports (a renaming import
+# such as ``map as tree_map`` is not a re-export otherwise, and mypy --strict rejects
+# ``tree_util.tree_map`` in user code).  tests/test_typing.py checks it against the module.
+__all__ = [
+    "DictKey",
+    "FlattenedIndexKey",
+    "GetAttrKey",
+    "KeyEntry",
+    "KeyPath",
+    "Partial",
+    "PyTreeDef",
+    "SequenceKey",
+    "all_leaves",
+    "flatten_one_level",
+    "flatten_one_level_with_keys",
+    "is_tree_node",
+    "keystr",
+    "register_dataclass",
+    "register_pytree_node",
+    "register_pytree_node_class",
+    "register_pytree_with_keys",
+    "register_pytree_with_keys_class",
+    "register_static",
+    "static",
+    "tree_all",
+    "tree_any",
+    "tree_broadcast",
+    "tree_flatten",
+    "tree_flatten_with_path",
+    "tree_leaves",
+    "tree_leaves_with_path",
+    "tree_map",
+    "tree_map_with_path",
+    "tree_partition",
+    "tree_reduce",
+    "tree_reduce_associative",
+    "tree_structure",
+    "tree_transpose",
+    "tree_unflatten",
+    "treedef_children",
+    "treedef_is_leaf",
+    "treedef_tuple",
+    "unregister",
+]
