@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import namedtuple
+from collections import OrderedDict, deque, namedtuple
 from typing import Any
 
 import jax
@@ -162,6 +162,109 @@ def test_tree_at_errors() -> None:
         spruce.tree_at(3, lin, 1)  # type: ignore[arg-type]
 
 
+class _Branch:
+    """A registered node whose flatten / unflatten calls are counted (tree_at cost tests)."""
+
+    flattens = 0
+    unflattens = 0
+
+    def __init__(self, values: tuple[Any, ...]) -> None:
+        self.values = values
+
+
+def _branch_flatten(b: _Branch) -> tuple[tuple[Any, ...], None]:
+    _Branch.flattens += 1
+    return b.values, None
+
+
+def _branch_unflatten(_: None, children: Any) -> _Branch:
+    _Branch.unflattens += 1
+    return _Branch(tuple(children))
+
+
+st.register_pytree_node(_Branch, _branch_flatten, _branch_unflatten)
+
+
+def test_tree_at_cost_is_proportional_to_the_path() -> None:
+    # 100 branches of 100 leaves: 10,000 leaves.  Replacing one leaf takes apart the root list
+    # and the one branch on the path, and rebuilds that branch and the root: no other branch is
+    # flattened or rebuilt.
+    tree = [_Branch(tuple(float(100 * i + j) for j in range(100))) for i in range(100)]
+    _Branch.flattens = _Branch.unflattens = 0
+    new = spruce.tree_at(lambda t: t[37].values[5], tree, -1.0)
+    assert (_Branch.flattens, _Branch.unflattens) == (1, 2)  # expand once; stand-in + rebuild
+    assert new[37].values[5] == -1.0 and new[37].values[4] == 3704.0 and tree[37].values[5] == 3705.0
+    assert all(new[i] is tree[i] for i in range(100) if i != 37)  # shared, not copied
+    _Branch.flattens = _Branch.unflattens = 0
+    new = spruce.tree_at(lambda t: (t[2].values[0], t[99].values[99]), tree, replace_fn=lambda v: v + 0.5)
+    assert (_Branch.flattens, _Branch.unflattens) == (2, 4)
+    assert (new[2].values[0], new[99].values[99]) == (200.5, 9999.5)
+    # a deep chain: only the nodes on the path are visited
+    deep: Any = "leaf"
+    for i in range(50):
+        deep = _Branch((deep, _Branch(tuple(range(10)))))
+    _Branch.flattens = 0
+    out = spruce.tree_at(lambda t: t.values[0].values[0].values[1].values[3], deep, "x")
+    assert _Branch.flattens == 4 and out.values[0].values[0].values[1].values == (0, 1, 2, "x", 4, 5, 6, 7, 8, 9)
+    assert out.values[1] is deep.values[1]
+
+
+def test_tree_at_where_may_flatten_iterate_and_check_types() -> None:
+    k1, k2 = jax.random.split(KEY)
+    seq = nn.Sequential([nn.Linear(2, 3, key=k1), nn.Lambda(jnp.tanh), nn.Linear(3, 1, key=k2)])
+    # spruce.tree.leaves / jax.tree_util.tree_leaves inside where see every leaf as a place
+    zeros = spruce.tree_at(lambda s: st.leaves(s), seq, replace_fn=jnp.zeros_like)
+    assert all(float(jnp.sum(jnp.abs(x))) == 0.0 for x in st.leaves(zeros))
+    assert type(zeros.layers[1]) is nn.Lambda and zeros.layers[1].fn is jnp.tanh
+    halves = spruce.tree_at(lambda s: jax.tree_util.tree_leaves(s), seq, replace_fn=lambda x: x / 2)
+    np.testing.assert_allclose(halves.layers[2].weight, seq.layers[2].weight / 2)
+    # iteration, len and isinstance (a place reports the class of the node it stands for)
+    biases = spruce.tree_at(
+        lambda s: [layer.bias for layer in s.layers if isinstance(layer, nn.Linear)], seq, replace_fn=lambda b: b + 1
+    )
+    np.testing.assert_allclose(biases.layers[0].bias, seq.layers[0].bias + 1)
+    np.testing.assert_allclose(biases.layers[2].bias, seq.layers[2].bias + 1)
+    last = spruce.tree_at(lambda s: s.layers[len(s.layers) - 1], seq, nn.Identity())
+    assert type(last.layers[2]) is nn.Identity and last.layers[0] is seq.layers[0]
+    # a method that returns the node itself names that node's place
+    class Holder(spruce.Module):
+        inner: Any
+
+        def me(self) -> Any:
+            return self
+
+    h = Pair(Holder([1, 2]), 3)
+    assert spruce.tree_at(lambda p: p.a.me(), h, "swapped").a == "swapped"
+
+
+def test_tree_at_more_positions_dicts_root_and_is_leaf() -> None:
+    # interned empty tuples and None at different places are different places
+    tree = ((), (), [None, None])
+    assert spruce.tree_at(lambda t: (t[1], t[2][0]), tree, ("a", "b")) == ((), "a", ["b", None])
+    # dicts keep their insertion order; deque, OrderedDict and namedtuple nodes are rebuilt
+    d = {"z": {"y": 1, "x": 2}, "a": deque([1, (2, 3)])}
+    out = spruce.tree_at(lambda t: (t["z"]["x"], t["a"][1][0]), d, ("X", "two"))
+    assert out == {"z": {"y": 1, "x": "X"}, "a": deque([1, ("two", 3)])}
+    assert list(out) == ["z", "a"] and list(out["z"]) == ["y", "x"]
+    od = OrderedDict(b=1, a=2)
+    assert spruce.tree_at(lambda t: t["a"], od, 0) == OrderedDict(b=1, a=0)
+    # the root itself, and a leaf root
+    assert spruce.tree_at(lambda t: t, [1, 2], "root") == "root"
+    assert spruce.tree_at(lambda t: t, 5, replace_fn=lambda v: v + 1) == 6
+    assert spruce.tree_at(lambda t: t, None, 0) == 0
+    # is_leaf: an accepted subtree is a place, but where cannot look into it
+    pairs = [[1, 2], [3, [4, 5]]]
+    two = lambda x: isinstance(x, list) and len(x) == 2 and all(type(v) is int for v in x)  # noqa: E731
+    assert spruce.tree_at(lambda t: t[1][1], pairs, "p", is_leaf=two) == [[1, 2], [3, "p"]]
+    with pytest.raises(TypeError) as info:
+        spruce.tree_at(lambda t: t[0][0], pairs, "p", is_leaf=two)
+    assert "placeholders" in "".join(getattr(info.value, "__notes__", []))
+    with pytest.raises(AttributeError, match="leaf of type float"):
+        spruce.tree_at(lambda t: t[0].real, [1.5], 0)
+    # a replaced place may be a node of any structure, and a node may replace a leaf
+    assert spruce.tree_at(lambda t: t[0], [1, 2], {"k": (1, 2)}) == [{"k": (1, 2)}, 2]
+
+
 # ------------------------------------------------------------------ tree_equal
 
 
@@ -221,3 +324,104 @@ def test_summary_of_a_module_with_depth_limit() -> None:
     assert s.params == 3 * 4 + 4 + 4 + 1
     with pytest.raises(ValueError):
         spruce.summary(mlp, max_depth=-1)
+
+
+def test_summary_counts_a_model_built_with_eval_shape_like_the_real_one() -> None:
+    # Counting a model's parameters without allocating it: the leaves are jax.ShapeDtypeStruct.
+    make = lambda: nn.MLP(64, 10, 128, 3, key=jax.random.key(0))  # noqa: E731
+    shapes, real = jax.eval_shape(make), make()
+    assert type(shapes.layers[0].weight) is jax.ShapeDtypeStruct
+    n = (64 * 128 + 128) + 2 * (128 * 128 + 128) + (128 * 10 + 10)
+    assert n == 42_634
+    for max_depth in (0, 2, None):
+        s = spruce.summary(shapes, max_depth=max_depth)
+        assert (s.params, s.bytes, s.arrays) == (42_634, 170_536, 8)
+        assert s.rows == spruce.summary(real, max_depth=max_depth).rows
+    rows = {r.path: r for r in spruce.summary(shapes, max_depth=None).rows}
+    assert rows[".layers[0].weight"] == spruce.SummaryRow(".layers[0].weight", 3, "f32[128,64]", 1, 8192, 32_768)
+    assert rows[".layers[3]"].params == 1290 and rows[".layers[3]"].bytes == 5160
+    assert "f32[128,64]" in spruce.pformat(shapes)  # the same leaf names as pformat
+
+
+def test_summary_counts_shape_and_dtype_leaves_of_every_kind() -> None:
+    import ml_dtypes
+
+    key = jax.random.key(1)
+    tree = {
+        "bf16": jax.ShapeDtypeStruct((3, 5), jnp.bfloat16),  # 15 elements, 2 bytes each
+        "f8": np.zeros((2, 4), ml_dtypes.float8_e4m3fn),  # 8, 1
+        "i4": np.zeros(6, ml_dtypes.int4),  # 6, 1 (numpy's itemsize)
+        "i32": jnp.zeros((2, 2), jnp.int32),  # 4, 4
+        "np_scalar": np.float64(1.0),  # 1, 8
+        "empty": jax.ShapeDtypeStruct((0, 7), jnp.float32),  # 0, 0 (still an array leaf)
+        "key": key,  # 1 element of 8 bytes (key<fry>)
+        "key_shape": jax.eval_shape(lambda: key),  # the same, abstract
+    }
+    s = spruce.summary(tree)
+    got = {r.path: (r.type_name, r.arrays, r.params, r.bytes) for r in s.rows[1:]}
+    assert got == {
+        "['bf16']": ("bf16[3,5]", 1, 15, 30),
+        "['f8']": ("float8_e4m3fn[2,4](numpy)", 1, 8, 8),
+        "['i4']": ("i4[6](numpy)", 1, 6, 6),
+        "['i32']": ("i32[2,2]", 1, 4, 16),
+        "['np_scalar']": ("f64[](numpy)", 1, 1, 8),
+        "['empty']": ("f32[0,7]", 1, 0, 0),
+        "['key']": ("key<fry>[]", 1, 1, 8),
+        "['key_shape']": ("key<fry>[]", 1, 1, 8),
+    }
+    assert (s.arrays, s.params, s.bytes) == (8, 36, 84)
+
+
+class _Shaped:
+    """A leaf with ``shape`` and ``dtype`` attributes given as they are."""
+
+    def __init__(self, shape: Any, dtype: Any) -> None:
+        self.shape, self.dtype = shape, dtype
+
+
+class _OtherDtype:
+    itemsize = 4  # has an itemsize, but is neither a numpy dtype nor one JAX knows
+
+
+def test_summary_leaves_non_array_leaves_at_zero() -> None:
+    f32 = np.dtype(np.float32)
+    tree = {
+        "int": 1,
+        "float": 0.5,
+        "bool": True,
+        "str": "relu",
+        "fn": abs,
+        "none": None,
+        "np_class": np.float32,  # a class has .shape / .dtype descriptors, not values
+        "no_dtype": _Shaped((2, 3), None),
+        "str_dtype": _Shaped((2, 3), "float32"),
+        "other_dtype": _Shaped((2, 3), _OtherDtype()),
+        "list_shape": _Shaped([2, 3], f32),
+        "symbolic": _Shaped((2, "n"), f32),
+        "bool_dim": _Shaped((True, 3), f32),
+        "negative": _Shaped((-1, 3), f32),
+        "duck": _Shaped((2, 3), f32),  # counted: an int-tuple shape and a numpy dtype
+    }
+    s = spruce.summary(tree)
+    rows = {r.path: r for r in s.rows}
+    assert "['none']" not in rows  # None is an empty place: no row
+    zero = [p for p, r in rows.items() if p and (r.arrays, r.params, r.bytes) == (0, 0, 0)]
+    assert len(zero) == len(tree) - 2
+    assert rows["['int']"].type_name == "int" and rows["['fn']"].type_name == "builtin_function_or_method"
+    assert rows["['np_class']"].type_name == "type" and rows["['no_dtype']"].type_name == "_Shaped"
+    assert rows["['duck']"] == spruce.SummaryRow("['duck']", 1, "f32[2,3]", 1, 6, 24)
+    assert (s.arrays, s.params, s.bytes) == (1, 6, 24)
+
+
+def test_summary_counts_tracers_inside_a_transform() -> None:
+    params = {"W": jnp.zeros((3, 4)), "b": jnp.zeros(4, jnp.bfloat16)}
+    seen: list[tuple[int, int, int]] = []
+
+    def f(p: Any) -> Any:
+        s = spruce.summary(p)
+        seen.append((s.arrays, s.params, s.bytes))
+        return p
+
+    jax.jit(f)(params)
+    s = spruce.summary(params)
+    assert seen == [(s.arrays, s.params, s.bytes)] == [(2, 16, 56)]

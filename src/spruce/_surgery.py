@@ -1,31 +1,168 @@
-"""``tree_at``: an updated copy of a pytree with some nodes or leaves replaced."""
+"""``tree_at``: an updated copy of a pytree with some nodes or leaves replaced.
+
+How it stays proportional to the path.  ``where`` runs on a *lazy stand-in* of the tree: the
+root is rebuilt one level deep (``flatten_one_level`` + the one-level PyTreeDef's
+``unflatten``) with every child replaced by a place object, ``_Node`` for a child that is a
+pytree node and ``_Leaf`` for a leaf (or a subtree ``is_leaf`` accepts).  A ``_Node`` expands
+itself the same way the first time ``where`` looks into it (attribute or item access,
+iteration, ``len``, a flatten by ``spruce.tree`` or ``jax.tree_util``) and forwards the
+operation to its stand-in.  So only the nodes on the paths ``where`` walks are taken apart,
+each once; the places ``where`` returns are place objects, one per position (two ``None`` s or
+two references to one array are different places); and the copy is rebuilt from the places
+up, unflattening only their ancestors with the children kept from the expansion.  Nothing else
+of the tree is visited.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import sys
+from typing import Any, Callable, Iterator
 
 from . import tree as _tree
 
 _NO_VALUE: Any = object()
 
+IsLeaf = Callable[[Any], bool] | None
 
-class _Marker:
-    """Stands in for one position of the tree while ``where`` runs."""
 
-    __slots__ = ("index",)
+class _Leaf:
+    """The place of a leaf (or of a subtree ``is_leaf`` accepts): opaque while ``where`` runs."""
 
-    def __init__(self, index: int) -> None:
-        self.index = index
+    __slots__ = ("_ta_real", "_ta_parent", "_ta_index")
+
+    def __init__(self, real: Any, parent: _Node | None, index: int) -> None:
+        self._ta_real = real
+        self._ta_parent = parent
+        self._ta_index = index
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"tree_at: `where` read .{name} of a leaf of type {type(self._ta_real).__name__}; where "
+            "runs on a stand-in whose leaves are placeholders and must only select places"
+        )
 
     def __repr__(self) -> str:
-        return f"<tree_at position {self.index}>"
+        return f"<tree_at place: leaf {type(self._ta_real).__name__}>"
 
 
-def _childless_node(x: Any) -> bool:
-    # None, (), {} , [] and registered nodes without children: a rebuilt copy may be a shared
-    # singleton (``tuple([]) is ()``), so they are selected as positions, like leaves.
-    children, td = _tree.flatten_one_level(x)
-    return not children and td.num_nodes == 1 and td.num_leaves == 0
+class _Call:
+    """What the places of one tree_at call share."""
+
+    __slots__ = ("is_leaf", "book")
+
+    def __init__(self, is_leaf: IsLeaf) -> None:
+        self.is_leaf = is_leaf
+        self.book: dict[int, _Node] = {}  # id(stand-in) -> the place it stands in for
+
+
+class _Expansion:
+    """A node taken apart: its children, one-level PyTreeDef, places and stand-in."""
+
+    __slots__ = ("children", "treedef", "places", "stand_in")
+
+    def __init__(self, children: list[Any], treedef: Any, places: list[_Node | _Leaf], stand_in: Any) -> None:
+        self.children = children
+        self.treedef = treedef
+        self.places = places
+        self.stand_in = stand_in
+
+
+class _Node:
+    """The place of a pytree node; expands to a one-level stand-in when ``where`` looks in."""
+
+    __slots__ = ("_ta_real", "_ta_parent", "_ta_index", "_ta_call", "_ta_exp")
+
+    def __init__(self, real: Any, parent: _Node | None, index: int, call: _Call) -> None:
+        self._ta_real = real
+        self._ta_parent = parent
+        self._ta_index = index
+        self._ta_call = call
+        self._ta_exp: _Expansion | None = None
+
+    def _ta_expanded(self) -> _Expansion:
+        exp = self._ta_exp
+        if exp is None:
+            children, treedef = _tree.flatten_one_level(self._ta_real)
+            call = self._ta_call
+            is_leaf = call.is_leaf
+            is_node = _tree.is_tree_node
+            places: list[_Node | _Leaf] = []
+            append = places.append
+            for i, c in enumerate(children):
+                if (is_leaf is not None and is_leaf(c)) or not is_node(type(c)):
+                    append(_Leaf(c, self, i))
+                else:
+                    append(_Node(c, self, i, call))
+            exp = self._ta_exp = _Expansion(children, treedef, places, treedef.unflatten(places))
+            # A stand-in with children is a new object, so `where` handing it back (a method
+            # returning self) names this place.  A childless one may be a shared singleton.
+            if places or self._ta_parent is None:
+                call.book[id(exp.stand_in)] = self
+        return exp
+
+    def _ta_expand(self) -> Any:
+        """The one-level stand-in: the node rebuilt with place objects as children."""
+        return self._ta_expanded().stand_in
+
+    # What `where` may do with a node: forwarded to the stand-in.
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ta_expand(), name)
+
+    def __getitem__(self, item: Any) -> Any:
+        return self._ta_expand()[item]
+
+    def __iter__(self) -> Iterator[Any]:
+        it: Iterator[Any] = iter(self._ta_expand())
+        return it
+
+    def __reversed__(self) -> Iterator[Any]:
+        it: Iterator[Any] = reversed(self._ta_expand())
+        return it
+
+    def __len__(self) -> int:
+        return len(self._ta_expand())
+
+    def __contains__(self, item: Any) -> bool:
+        return item in self._ta_expand()
+
+    def __bool__(self) -> bool:
+        return bool(self._ta_expand())
+
+    @property  # type: ignore[misc]  # isinstance(place, Linear) sees the node's class
+    def __class__(self) -> type:
+        return type(self._ta_real)
+
+    def __repr__(self) -> str:
+        return f"<tree_at place: {type(self._ta_real).__name__} node>"
+
+
+def _node_flatten(node: _Node) -> tuple[list[Any], Any]:
+    exp = node._ta_expanded()
+    return list(exp.places), exp.treedef
+
+
+def _node_flatten_with_keys(node: _Node) -> tuple[list[tuple[Any, Any]], Any]:
+    exp = node._ta_expanded()
+    keyed, _ = _tree.flatten_one_level_with_path(node._ta_real)
+    return [(k, p) for (k, _), p in zip(keyed, exp.places)], exp.treedef
+
+
+def _node_unflatten(treedef: Any, children: Any) -> Any:
+    return treedef.unflatten(children)
+
+
+# A place of a node flattens (in spruce.tree, and in jax.tree_util once JAX is imported) as the
+# node it stands for, so `where=lambda m: spruce.tree.leaves(m)` selects every leaf.
+_tree.register_pytree_with_keys(_Node, _node_flatten_with_keys, _node_unflatten, _node_flatten)
+_in_jax: list[bool] = [False]
+
+
+def _register_in_jax() -> None:
+    jtu = sys.modules.get("jax.tree_util")
+    if jtu is None or _in_jax[0]:
+        return
+    _in_jax[0] = True
+    jtu.register_pytree_node(_Node, _node_flatten, _node_unflatten)
 
 
 def tree_at(
@@ -40,13 +177,16 @@ def tree_at(
     Args:
       where: ``tree -> node`` or ``tree -> tuple/list of nodes``, selecting places by
         attribute / item access (``lambda m: m.layers[0].weight``,
-        ``lambda m: (m.a, m.b[1])``).  Selection is by position: two ``None`` s, two equal
-        numbers or two references to one array at different places are different places.  A
-        selected node may be a whole subtree.  Static fields and node data are not places.
+        ``lambda m: (m.a, m.b[1])``), iteration, ``len``, methods of the nodes, or
+        ``spruce.tree`` / ``jax.tree_util`` functions (``lambda m: spruce.tree.leaves(m)``).
+        Selection is by position: two ``None`` s, two equal numbers or two references to one
+        array at different places are different places.  A selected node may be a whole
+        subtree.  Static fields and node data are not places.
       tree: the pytree (Modules are rebuilt without running ``__init__``).
       replace: the new value (one place) or a sequence of new values, one per place; a new
         value may have any structure.
-      replace_fn: instead of ``replace``, a function ``old -> new`` applied to each place.
+      replace_fn: instead of ``replace``, a function ``old -> new`` applied to each place (in
+        the order ``where`` returned them).
       is_leaf: as in ``spruce.tree.flatten``: subtrees it accepts are places but are not looked
         into.
 
@@ -58,10 +198,16 @@ def tree_at(
         is not a place in the tree (e.g. a static field, or a newly computed value); a place
         selected twice or inside another selected place; ``replace`` length differs from the
         number of places.
-      TypeError: ``where`` is not callable.
+      TypeError: ``where`` is not callable.  Errors raised inside ``where`` (e.g. computing
+        with a leaf, which is a placeholder there) propagate with a note.
 
-    Cost: one pass over the tree (to build the stand-in tree ``where`` runs on) plus one
-    rebuild of the nodes on the paths to the places.  Follows equinox.tree_at.
+    Cost: proportional to the nodes on the paths ``where`` walks (each is taken apart once,
+    with one place object per child) and to their ancestors rebuilt; the rest of the tree is
+    never visited (see the module docstring).  ``where`` sees the root rebuilt with place
+    objects as children; a place of a node reports the node's class to ``isinstance``.
+
+    Follows equinox.tree_at, except that ``where`` runs on a lazily expanded stand-in rather
+    than on a full copy of the tree.
 
     >>> tree_at(lambda t: t[1][0], [1, (2, 3)], 'x')
     [1, ('x', 3)]
@@ -72,48 +218,61 @@ def tree_at(
         raise ValueError("tree_at: pass exactly one of replace=... and replace_fn=...")
     if not callable(where):
         raise TypeError(f"tree_at: where must be a function tree -> node(s), got {type(where).__name__}")
+    _register_in_jax()
 
-    def stand_in_leaf(x: Any) -> bool:
-        return (is_leaf is not None and bool(is_leaf(x))) or x is None or _childless_node(x)
-
-    leaves, treedef = _tree.flatten(tree, stand_in_leaf)
-    markers = [_Marker(i) for i in range(len(leaves))]
-    shadow = treedef.unflatten(markers)
-
-    # Every node of the stand-in tree, by id (the stand-in is alive, so ids are stable).
-    node_ids: dict[int, Any] = {}
-    stack = [shadow]
-    while stack:
-        node = stack.pop()
-        if type(node) is _Marker:
-            continue
-        node_ids[id(node)] = node
-        children, _ = _tree.flatten_one_level(node)
-        stack.extend(children)
-
+    root: _Node | _Leaf
+    call = _Call(is_leaf)
+    if (is_leaf is not None and is_leaf(tree)) or not _tree.is_tree_node(type(tree)):
+        root = _Leaf(tree, None, 0)
+        stand_in: Any = root
+    else:
+        root = _Node(tree, None, 0, call)
+        stand_in = root._ta_expand()
     try:
-        selected = where(shadow)
+        selected = where(stand_in)
     except Exception as e:
         e.add_note(
-            "(tree_at runs `where` on a stand-in copy of the tree whose leaves are placeholders: "
+            "(tree_at runs `where` on a stand-in of the tree whose leaves are placeholders: "
             "`where` must only select places by attribute / item access, not compute with leaves)"
         )
         raise
-    if type(selected) is _Marker or id(selected) in node_ids:
-        places: Sequence[Any] = [selected]
+
+    def as_place(x: Any) -> _Node | _Leaf | None:
+        t = type(x)
+        if t is _Node or t is _Leaf:
+            return x  # type: ignore[no-any-return]
+        return call.book.get(id(x))  # a stand-in: the root's, or one a node's method returned
+
+    one = as_place(selected)
+    if one is not None:
+        places: list[_Node | _Leaf] = [one]
         single = True
     elif isinstance(selected, (tuple, list)):
-        places = selected
+        places = []
+        for p in selected:
+            q = as_place(p)
+            if q is None:
+                raise ValueError(_not_a_place(p))
+            places.append(q)
         single = False
     else:
         raise ValueError(_not_a_place(selected))
-    targets: dict[int, int] = {}  # id(place) -> index among places
+
+    index: dict[int, int] = {}  # id(place) -> position in where's result
     for k, p in enumerate(places):
-        if type(p) is not _Marker and id(p) not in node_ids:
-            raise ValueError(_not_a_place(p))
-        if id(p) in targets:
-            raise ValueError(f"tree_at: where selected the same place twice (items {targets[id(p)]} and {k})")
-        targets[id(p)] = k
+        if id(p) in index:
+            raise ValueError(f"tree_at: where selected the same place twice (items {index[id(p)]} and {k})")
+        index[id(p)] = k
+    for k, p in enumerate(places):
+        a = p._ta_parent
+        while a is not None:
+            if id(a) in index:
+                raise ValueError(
+                    f"tree_at: place {k} of where's result lies inside another selected place "
+                    f"(place {index[id(a)]}); select either a node or its descendants, not both"
+                )
+            a = a._ta_parent
+
     if replace is not _NO_VALUE:
         if single:
             new_values: list[Any] = [replace]
@@ -129,41 +288,48 @@ def tree_at(
                 raise ValueError(
                     f"tree_at: where selected {len(places)} places but replace has {len(new_values)} values"
                 )
+    else:
+        new_values = [replace_fn(p._ta_real) for p in places]
 
-    done: set[int] = set()
+    return _rebuild(places, new_values)
 
-    def new_value(k: int, old: Any) -> Any:
-        if replace is not _NO_VALUE:
-            return new_values[k]
-        return replace_fn(old)
 
-    def rebuild(real: Any, stand_in: Any) -> tuple[Any, bool]:
-        k = targets.get(id(stand_in))
-        if k is not None:
-            done.add(id(stand_in))
-            return new_value(k, real), True
-        if type(stand_in) is _Marker:
-            return real, False
-        real_children, real_def = _tree.flatten_one_level(real)
-        stand_children, _ = _tree.flatten_one_level(stand_in)
-        changed = False
-        out = []
-        for r, s in zip(real_children, stand_children):
-            v, c = rebuild(r, s)
-            out.append(v)
-            changed = changed or c
-        if not changed:
-            return real, False
-        return real_def.unflatten(out), True
+def _depth(p: _Node | _Leaf) -> int:
+    d = 0
+    a = p._ta_parent
+    while a is not None:
+        d += 1
+        a = a._ta_parent
+    return d
 
-    result, _ = rebuild(tree, shadow)
-    if len(done) != len(targets):
-        missing = [k for i, k in targets.items() if i not in done]
-        raise ValueError(
-            f"tree_at: place(s) {missing} of where's result lie inside another selected place; "
-            "select either a node or its descendants, not both"
-        )
-    return result
+
+def _rebuild(places: list[_Node | _Leaf], new_values: list[Any]) -> Any:
+    """Put each new value at its place and rebuild the ancestors, deepest first."""
+    # id(parent) -> (depth, parent, {child index: new child})
+    pending: dict[int, tuple[int, _Node, dict[int, Any]]] = {}
+    for p, v in zip(places, new_values):
+        parent = p._ta_parent
+        if parent is None:  # the root itself (then it is the only place)
+            return v
+        entry = pending.get(id(parent))
+        if entry is None:
+            entry = pending[id(parent)] = (_depth(parent), parent, {})
+        entry[2][p._ta_index] = v
+    while True:
+        deepest = max(pending.values(), key=lambda e: e[0])
+        _, node, changes = pending.pop(id(deepest[1]))
+        exp = node._ta_expanded()
+        children = list(exp.children)
+        for i, v in changes.items():
+            children[i] = v
+        rebuilt = exp.treedef.unflatten(children)
+        parent = node._ta_parent
+        if parent is None:
+            return rebuilt
+        entry = pending.get(id(parent))
+        if entry is None:
+            entry = pending[id(parent)] = (_depth(parent), parent, {})
+        entry[2][node._ta_index] = rebuilt
 
 
 def _not_a_place(x: Any) -> str:
