@@ -17,10 +17,15 @@ class DictKey:
     """
 
     __match_args__: Final = ("key",)
-    key: Any
+    _key: Any
 
     def __init__(self, key: Any) -> None:
-        self.key = key
+        self._key = key
+
+    @property
+    def key(self) -> Any:
+        """Read-only: entries are shared between paths (cached), so they never change."""
+        return self._key
 
     def __str__(self) -> str:
         return f"[{self.key!r}]"
@@ -45,10 +50,15 @@ class SequenceKey:
     """
 
     __match_args__: Final = ("idx",)
-    idx: int
+    _idx: int
 
     def __init__(self, idx: int) -> None:
-        self.idx = idx
+        self._idx = idx
+
+    @property
+    def idx(self) -> int:
+        """Read-only: entries are shared between paths (cached), so they never change."""
+        return self._idx
 
     def __str__(self) -> str:
         return f"[{self.idx!r}]"
@@ -74,10 +84,15 @@ class GetAttrKey:
     """
 
     __match_args__: Final = ("name",)
-    name: str
+    _name: str
 
     def __init__(self, name: str) -> None:
-        self.name = name
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        """Read-only: entries are shared between paths (cached), so they never change."""
+        return self._name
 
     def __str__(self) -> str:
         return f".{self.name}"
@@ -103,10 +118,15 @@ class FlattenedIndexKey:
     """
 
     __match_args__: Final = ("key",)
-    key: int
+    _key: int
 
     def __init__(self, key: int) -> None:
-        self.key = key
+        self._key = key
+
+    @property
+    def key(self) -> int:
+        """Read-only: entries are shared between paths (cached), so they never change."""
+        return self._key
 
     def __str__(self) -> str:
         return f"[<flat index {self.key}>]"
@@ -135,6 +155,28 @@ def sequence_keys(n: int) -> list[Any]:
     if n <= _NUM_CACHED:
         return SEQUENCE_KEYS[:n]
     return SEQUENCE_KEYS + [SequenceKey(i) for i in range(_NUM_CACHED, n)]
+
+
+# DictKey entries of str keys, shared like the SequenceKey entries above (a model's dicts
+# repeat the same few names); bounded so that a stream of distinct keys cannot grow it forever.
+_DICT_KEYS: Final[dict[str, DictKey]] = {}
+_MAX_DICT_KEYS: Final = 1 << 16
+
+
+def dict_keys(keys: list[Any]) -> list[Any]:
+    """``[DictKey(k) for k in keys]``, sharing one entry per str key."""
+    out: list[Any] = []
+    for k in keys:
+        if type(k) is str:
+            dk = _DICT_KEYS.get(k)
+            if dk is None:
+                dk = DictKey(k)
+                if len(_DICT_KEYS) < _MAX_DICT_KEYS:
+                    _DICT_KEYS[k] = dk
+            out.append(dk)
+        else:
+            out.append(DictKey(k))
+    return out
 
 
 def flat_index_keys(n: int) -> list[Any]:

@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict, defaultdict, deque
 from typing import Any, Callable, Final, Iterable
 
-from ._keys import DictKey, GetAttrKey, flat_index_keys, sequence_keys
+from ._keys import GetAttrKey, dict_keys, flat_index_keys, sequence_keys
 
 # ---------------------------------------------------------------------------------------------
 # Node kinds.  A node's code is ``arity << SHIFT | kind``; leaves are code 0.
@@ -227,15 +227,17 @@ class DictData:
     """
 
     keys: list[Any]  # never mutated after construction
-    order: tuple[Any, ...] | None
+    order: list[Any] | None  # never mutated after construction
     factory: Any
-    template: dict[Any, Any] | None  # dict.fromkeys(order), made when first rebuilt
+    template: dict[Any, Any] | None  # dict.fromkeys(order), made when rebuilt a second time
+    built: bool  # rebuilt once already (so a template pays off)
 
-    def __init__(self, keys: list[Any], order: tuple[Any, ...] | None, factory: Any) -> None:
+    def __init__(self, keys: list[Any], order: list[Any] | None, factory: Any) -> None:
         self.keys = keys
         self.order = order
         self.factory = factory
         self.template = None
+        self.built = False
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DictData):
@@ -677,19 +679,18 @@ _ABSENT: Final = object()
 
 def dict_data(d: dict[Any, Any], factory: Any) -> tuple[DictData, list[Any]]:
     """Node data and children (in sorted key order) of a dict or defaultdict."""
+    order = list(d.keys())
+    keys = order[:]
     try:
-        keys = sorted(d)
+        keys.sort()
     except TypeError:
         keys = sorted_keys(d)
-    children = [d[k] for k in keys]
     # The sorted list holds the dict's own key objects, so identity tells whether the
-    # insertion order is the sorted one.
-    i = 0
-    for k in d:
-        if k is not keys[i]:
-            return DictData(keys, tuple(d), factory), children
-        i += 1
-    return DictData(keys, None, factory), children
+    # insertion order is the sorted one; if it is, the values come in order without lookups.
+    for i in range(len(keys)):
+        if keys[i] is not order[i]:
+            return DictData(keys, order, factory), [d[k] for k in keys]
+    return DictData(keys, None, factory), list(d.values())
 
 
 def expand(x: Any, none_is_leaf: bool) -> tuple[int, Any, list[Any]]:
@@ -749,7 +750,7 @@ def child_keys(x: Any, code: int, data: Any, n: int) -> list[Any]:
         return sequence_keys(n)
     if kind == DICT or kind == ORDEREDDICT or kind == DEFAULTDICT:
         assert isinstance(data, DictData)
-        return [DictKey(k) for k in data.keys]
+        return dict_keys(data.keys)
     if kind == NAMEDTUPLE:
         return [GetAttrKey(f) for f in data._fields]
     if kind == STRUCTSEQ:
@@ -834,16 +835,24 @@ def build(code: int, data: Any, children: list[Any]) -> Any:
     if kind == DICT:
         dd: DictData = data
         keys = dd.keys
-        if dd.order is None:
+        order = dd.order
+        if order is None:
             out: dict[Any, Any] = {}
         else:
-            # Copying a dict that already has the keys in insertion order, then assigning in
-            # sorted order, keeps the order without a second dict or per-key lookups.
+            # A dict that already has the keys in insertion order, assigned in sorted order,
+            # keeps the order without per-key lookups.  A node rebuilt more than once (a
+            # PyTreeDef unflattened again and again) copies a cached template, which is
+            # cheaper than inserting the keys; a node rebuilt once (map) does not make one.
             template = dd.template
-            if template is None:
-                template = dict.fromkeys(dd.order)
+            if template is not None:
+                out = template.copy()
+            elif dd.built:
+                template = dict.fromkeys(order)
                 dd.template = template
-            out = template.copy()
+                out = template.copy()
+            else:
+                dd.built = True
+                out = dict.fromkeys(order)
         for i in range(len(keys)):
             out[keys[i]] = children[i]
         return out

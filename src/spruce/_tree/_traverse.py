@@ -21,19 +21,173 @@ from ._treedef import PyTreeDef
 IsLeaf = Callable[[Any], Any] | None
 
 
+class _Handoff:
+    """A recursive walk that stopped: at depth DEEP (the iterative walker carries on from
+    exactly that point, with the frames the recursion was in), or at a mismatch (``error``;
+    the frames name its key path).  Every level pushes its frame on the way back up, so the
+    lists are deepest first until ``reverse`` puts them in stack order.
+    """
+
+    def __init__(self, node: Any, children: list[Any], leaf_type: object) -> None:
+        self.node = node
+        self.children = children
+        self.leaf_type = leaf_type
+        self.other_children: list[Any] = children  # map2: the second tree's children
+        self.error = False  # map2: ``node`` (at ``pos`` in the innermost frame) did not match
+        self.pos = 0
+        self.code = 0
+        self.data: Any = None
+        self.other: Any = None
+        self.seqs: list[list[Any]] = []
+        self.poss: list[int] = []
+        self.ns: list[int] = []
+        self.outs: list[list[Any]] = []
+        self.codes: list[int] = []
+        self.datas: list[Any] = []
+        self.oseqs: list[list[Any]] = []
+
+    def push(self, seq: list[Any], pos: int, n: int) -> None:
+        self.seqs.append(seq)
+        self.poss.append(pos)
+        self.ns.append(n)
+
+    def push_map(self, seq: list[Any], pos: int, n: int, outs: list[Any], code: int, data: Any) -> None:
+        self.seqs.append(seq)
+        self.poss.append(pos)
+        self.ns.append(n)
+        self.outs.append(outs)
+        self.codes.append(code)
+        self.datas.append(data)
+
+    def reverse(self) -> None:
+        self.seqs.reverse()
+        self.poss.reverse()
+        self.ns.reverse()
+        self.outs.reverse()
+        self.codes.reverse()
+        self.datas.reverse()
+        self.oseqs.reverse()
+
+
+def _flatten_rec(
+    seq: list[Any],
+    is_leaf: IsLeaf,
+    none_is_leaf: bool,
+    leaves: list[Any],
+    codes: list[int],
+    data: list[Any],
+    depth: int,
+    leaf_type: object,
+) -> object:
+    """Flatten the items of ``seq`` (a frame at ``depth``) by recursion, the fast path for the
+    first DEEP levels: no frame stack to allocate, grow and pop.
+
+    Returns the leaf type to remember, or a ``_Handoff`` when a node at depth DEEP was reached
+    (its frames are pushed by every level on the way back up).
+    """
+    n = len(seq)
+    pos = 0
+    while pos < n:
+        if pos >= len(seq):
+            raise changed_size(seq, n)
+        x = seq[pos]
+        pos += 1
+        if is_leaf is not None and is_leaf(x):
+            leaves.append(x)
+            codes.append(LEAF)
+            continue
+        t = type(x)
+        if t is leaf_type:
+            leaves.append(x)
+            codes.append(LEAF)
+            continue
+        code, d, ch = expand(x, none_is_leaf)
+        if code == LEAF:
+            leaf_type = t
+            leaves.append(x)
+            codes.append(LEAF)
+            continue
+        codes.append(code)
+        data.append(d)
+        if code >> SHIFT == 0:
+            continue
+        if depth + 1 >= DEEP:
+            h = _Handoff(x, ch, leaf_type)
+            h.push(seq, pos, n)
+            return h
+        r = _flatten_rec(ch, is_leaf, none_is_leaf, leaves, codes, data, depth + 1, leaf_type)
+        if isinstance(r, _Handoff):
+            r.push(seq, pos, n)
+            return r
+        leaf_type = r
+    return leaf_type
+
+
 def flatten_into(
     tree: Any, is_leaf: IsLeaf, none_is_leaf: bool, leaves: list[Any], codes: list[int], data: list[Any]
 ) -> None:
-    """Append the leaves of ``tree`` to ``leaves`` and its node table to ``codes``/``data``."""
-    seq: list[Any] = [tree]
+    """Append the leaves of ``tree`` to ``leaves`` and its node table to ``codes``/``data``.
+
+    The first DEEP levels are walked by recursion (cheapest for the usual shallow trees); a
+    deeper tree is carried on by an iterative walk with an explicit frame stack, so depth
+    costs heap, never C stack.
+    """
+    r = _flatten_rec([tree], is_leaf, none_is_leaf, leaves, codes, data, 0, None)
+    if isinstance(r, _Handoff):
+        _flatten_resume(r, is_leaf, none_is_leaf, leaves, codes, data)
+
+
+def _leaves_rec(
+    seq: list[Any], is_leaf: IsLeaf, none_is_leaf: bool, leaves: list[Any], depth: int, leaf_type: object
+) -> object:
+    """``_flatten_rec`` without the node table, for ``leaves``."""
+    n = len(seq)
     pos = 0
-    n = 1
-    st_seq: list[list[Any]] = []
-    st_pos: list[int] = []
-    st_n: list[int] = []  # each frame's child count, fixed when it was entered
-    mark: object = None  # cycle check of deep walks: see _errors.DEEP
-    mark_depth = 0
-    leaf_type: object = None  # the type of the last leaf seen: most leaves share it
+    while pos < n:
+        if pos >= len(seq):
+            raise changed_size(seq, n)
+        x = seq[pos]
+        pos += 1
+        if is_leaf is not None and is_leaf(x):
+            leaves.append(x)
+            continue
+        t = type(x)
+        if t is leaf_type:
+            leaves.append(x)
+            continue
+        code, d, ch = expand(x, none_is_leaf)
+        if code == LEAF:
+            leaf_type = t
+            leaves.append(x)
+            continue
+        if code >> SHIFT == 0:
+            continue
+        if depth + 1 >= DEEP:
+            h = _Handoff(x, ch, leaf_type)
+            h.push(seq, pos, n)
+            return h
+        r = _leaves_rec(ch, is_leaf, none_is_leaf, leaves, depth + 1, leaf_type)
+        if isinstance(r, _Handoff):
+            r.push(seq, pos, n)
+            return r
+        leaf_type = r
+    return leaf_type
+
+
+def _flatten_resume(
+    r: _Handoff, is_leaf: IsLeaf, none_is_leaf: bool, leaves: list[Any], codes: list[int], data: list[Any]
+) -> None:
+    """Carry on a flatten that the recursion handed off at depth DEEP, iteratively."""
+    r.reverse()
+    st_seq = r.seqs
+    st_pos = r.poss
+    st_n = r.ns
+    seq = r.children
+    pos = 0
+    n = len(seq)
+    mark: object = r.node  # cycle check of deep walks: see _errors.DEEP (DEEP is a power of 2)
+    mark_depth = len(st_seq)
+    leaf_type: object = r.leaf_type  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
             if pos >= len(seq):
@@ -125,9 +279,10 @@ def leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False) -> 
     [1, 3, 2]
     """
     out: list[Any] = []
-    codes: list[int] = []
-    data: list[Any] = []
-    flatten_into(tree, is_leaf, none_is_leaf, out, codes, data)
+    r = _leaves_rec([tree], is_leaf, none_is_leaf, out, 0, None)
+    if isinstance(r, _Handoff):
+        # The node table of the deep part is made and dropped: deep trees are rare.
+        _flatten_resume(r, is_leaf, none_is_leaf, out, [], [])
     return out
 
 
@@ -204,6 +359,60 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
             return
 
 
+def _fwp_rec(
+    seq: list[Any],
+    keys: list[Any],
+    kstack: list[Any],
+    is_leaf: IsLeaf,
+    none_is_leaf: bool,
+    out: list[tuple[tuple[Any, ...], Any]],
+    codes: list[int],
+    data: list[Any],
+    depth: int,
+) -> _Handoff | None:
+    """``flatten_with_path`` of the items of ``seq`` (keys ``keys``) by recursion for the first
+    DEEP levels, as ``_flatten_rec``; ``kstack`` holds the keys of the nodes entered below the
+    root.  Returns None, or a ``_Handoff`` (its ``other_children`` are the next keys)."""
+    n = len(seq)
+    pos = 0
+    below_root = depth > 0
+    while pos < n:
+        if pos >= len(seq):
+            raise changed_size(seq, n)
+        x = seq[pos]
+        k = keys[pos]
+        pos += 1
+        if is_leaf is not None and is_leaf(x):
+            out.append((_leaf_path(kstack, k, below_root), x))
+            codes.append(LEAF)
+            continue
+        code, d, ch, ckeys = expand_with_keys(x, none_is_leaf)
+        if code == LEAF:
+            out.append((_leaf_path(kstack, k, below_root), x))
+            codes.append(LEAF)
+            continue
+        codes.append(code)
+        data.append(d)
+        if code >> SHIFT == 0:
+            continue
+        if below_root:
+            kstack.append(k)
+        if depth + 1 >= DEEP:
+            h = _Handoff(x, ch, None)
+            h.other_children = ckeys
+            h.push(seq, pos, n)
+            h.oseqs.append(keys)
+            return h
+        r = _fwp_rec(ch, ckeys, kstack, is_leaf, none_is_leaf, out, codes, data, depth + 1)
+        if r is not None:
+            r.push(seq, pos, n)
+            r.oseqs.append(keys)
+            return r
+        if below_root:
+            kstack.pop()
+    return None
+
+
 def flatten_with_path(
     tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
 ) -> tuple[list[tuple[tuple[Any, ...], Any]], PyTreeDef]:
@@ -220,19 +429,24 @@ def flatten_with_path(
     out: list[tuple[tuple[Any, ...], Any]] = []
     codes: list[int] = []
     data: list[Any] = []
-    seq: list[Any] = [tree]
-    keys: list[Any] = [None]
-    pos = 0
-    n = 1
     # Keys of the nodes entered below the root; a leaf's path is built from it only at the
     # leaf, so deep trees cost O(depth) per leaf, never O(depth) per node kept alive.
     kstack: list[Any] = []
-    st_seq: list[list[Any]] = []
-    st_pos: list[int] = []
-    st_n: list[int] = []  # each frame's child count, fixed when it was entered
-    mark: object = None  # cycle check of deep walks: see _errors.DEEP
-    mark_depth = 0
-    st_keys: list[list[Any]] = []
+    r = _fwp_rec([tree], [None], kstack, is_leaf, none_is_leaf, out, codes, data, 0)
+    if r is None:
+        return out, PyTreeDef(codes, data, len(out), none_is_leaf)
+    # Deeper than DEEP: carry on iteratively from where the recursion stopped.
+    r.reverse()
+    st_seq = r.seqs
+    st_pos = r.poss
+    st_n = r.ns
+    st_keys = r.oseqs
+    seq = r.children
+    keys = r.other_children
+    pos = 0
+    n = len(seq)
+    mark: object = r.node  # cycle check of deep walks: see _errors.DEEP (a power of 2)
+    mark_depth = len(st_seq)
     while True:
         if pos < n:
             if pos >= len(seq):
@@ -337,20 +551,73 @@ def map_with_path(
     return _mapn(f, tree, list(rest), is_leaf, none_is_leaf, True)
 
 
-def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool) -> Any:
-    seq: list[Any] = [tree]
+def _map1_rec(
+    f: Callable[..., Any],
+    seq: list[Any],
+    outs: list[Any],
+    is_leaf: IsLeaf,
+    none_is_leaf: bool,
+    depth: int,
+    leaf_type: object,
+) -> object:
+    """One-tree map of the items of ``seq`` (a frame at ``depth``) into ``outs``, by recursion
+    for the first DEEP levels (as ``_flatten_rec``; returns the leaf type or a ``_Handoff``)."""
+    n = len(seq)
     pos = 0
-    n = 1
+    while pos < n:
+        if pos >= len(seq):
+            raise changed_size(seq, n)
+        x = seq[pos]
+        pos += 1
+        if is_leaf is not None and is_leaf(x):
+            outs.append(f(x))
+            continue
+        t = type(x)
+        if t is leaf_type:
+            outs.append(f(x))
+            continue
+        code, d, ch = expand(x, none_is_leaf)
+        if code == LEAF:
+            leaf_type = t
+            outs.append(f(x))
+            continue
+        if code >> SHIFT == 0:
+            outs.append(build(code, d, []))
+            continue
+        if depth + 1 >= DEEP:
+            h = _Handoff(x, ch, leaf_type)
+            h.push_map(seq, pos, n, outs, code, d)
+            return h
+        sub: list[Any] = []
+        r = _map1_rec(f, ch, sub, is_leaf, none_is_leaf, depth + 1, leaf_type)
+        if isinstance(r, _Handoff):
+            r.push_map(seq, pos, n, outs, code, d)
+            return r
+        leaf_type = r
+        outs.append(build(code, d, sub))
+    return leaf_type
+
+
+def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool) -> Any:
+    top: list[Any] = []
+    r = _map1_rec(f, [tree], top, is_leaf, none_is_leaf, 0, None)
+    if not isinstance(r, _Handoff):
+        return top[0]
+    # Deeper than DEEP: carry on iteratively from where the recursion stopped.
+    r.reverse()
+    st_seq = r.seqs
+    st_pos = r.poss
+    st_n = r.ns
+    st_outs = r.outs
+    st_code = r.codes
+    st_data = r.datas
+    seq = r.children
+    pos = 0
+    n = len(seq)
     outs: list[Any] = []
-    st_seq: list[list[Any]] = []
-    st_pos: list[int] = []
-    st_n: list[int] = []  # each frame's child count, fixed when it was entered
-    mark: object = None  # cycle check of deep walks: see _errors.DEEP
-    mark_depth = 0
-    st_outs: list[list[Any]] = []
-    st_code: list[int] = []
-    st_data: list[Any] = []
-    leaf_type: object = None  # the type of the last leaf seen: most leaves share it
+    mark: object = r.node  # cycle check of deep walks: see _errors.DEEP (a power of 2)
+    mark_depth = len(st_seq)
+    leaf_type: object = r.leaf_type  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
             if pos >= len(seq):
@@ -404,23 +671,102 @@ def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool)
             return outs[0]
 
 
+def _map2_rec(
+    f: Callable[..., Any],
+    seq: list[Any],
+    oseq: list[Any],
+    outs: list[Any],
+    is_leaf: IsLeaf,
+    none_is_leaf: bool,
+    depth: int,
+    leaf_type: object,
+) -> object:
+    """Two-tree map of the items of ``seq`` and ``oseq`` into ``outs``, by recursion for the
+    first DEEP levels; a mismatch returns an ``error`` handoff whose frames name its path."""
+    n = len(seq)
+    pos = 0
+    while pos < n:
+        if pos >= len(seq):
+            raise changed_size(seq, n)
+        x = seq[pos]
+        y = oseq[pos]
+        pos += 1
+        if is_leaf is not None and is_leaf(x):
+            outs.append(f(x, y))
+            continue
+        t = type(x)
+        if t is leaf_type:
+            outs.append(f(x, y))
+            continue
+        code, d, ch = expand(x, none_is_leaf)
+        if code == LEAF:
+            leaf_type = t
+            outs.append(f(x, y))
+            continue
+        ych = match_children(code, d, y, none_is_leaf)
+        if ych is None:
+            h = _Handoff(x, ch, leaf_type)
+            h.error = True
+            h.pos = pos
+            h.code = code
+            h.data = d
+            h.other = y
+            return h
+        if code >> SHIFT == 0:
+            outs.append(build(code, d, []))
+            continue
+        if depth + 1 >= DEEP:
+            h = _Handoff(x, ch, leaf_type)
+            h.other_children = ych
+            h.push_map(seq, pos, n, outs, code, d)
+            h.oseqs.append(oseq)
+            return h
+        sub: list[Any] = []
+        r = _map2_rec(f, ch, ych, sub, is_leaf, none_is_leaf, depth + 1, leaf_type)
+        if isinstance(r, _Handoff):
+            r.push_map(seq, pos, n, outs, code, d)
+            r.oseqs.append(oseq)
+            return r
+        leaf_type = r
+        outs.append(build(code, d, sub))
+    return leaf_type
+
+
 def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is_leaf: bool) -> Any:
     """``map`` with exactly one tree in ``rest`` (the common case: params and grads)."""
-    seq: list[Any] = [tree]
-    oseq: list[Any] = [other]
-    st_oseq: list[list[Any]] = []
+    top: list[Any] = []
+    r = _map2_rec(f, [tree], [other], top, is_leaf, none_is_leaf, 0, None)
+    if not isinstance(r, _Handoff):
+        return top[0]
+    r.reverse()
+    if r.error:
+        # The frames were pushed by the levels above the mismatch only.
+        raise mismatch_error(
+            "map",
+            nodes_of(r.seqs, r.poss) + [r.node],
+            r.poss + [r.pos],
+            none_is_leaf,
+            r.code,
+            r.data,
+            r.other,
+            "tree #2 (rest[0])",
+        )
+    # Deeper than DEEP: carry on iteratively from where the recursion stopped.
+    st_seq = r.seqs
+    st_oseq = r.oseqs
+    st_pos = r.poss
+    st_n = r.ns
+    st_outs = r.outs
+    st_code = r.codes
+    st_data = r.datas
+    seq = r.children
+    oseq = r.other_children
     pos = 0
-    n = 1
+    n = len(seq)
     outs: list[Any] = []
-    st_seq: list[list[Any]] = []
-    st_pos: list[int] = []
-    st_n: list[int] = []  # each frame's child count, fixed when it was entered
-    mark: object = None  # cycle check of deep walks: see _errors.DEEP
-    mark_depth = 0
-    st_outs: list[list[Any]] = []
-    st_code: list[int] = []
-    st_data: list[Any] = []
-    leaf_type: object = None  # the type of the last leaf seen: most leaves share it
+    mark: object = r.node  # cycle check of deep walks: see _errors.DEEP (a power of 2)
+    mark_depth = len(st_seq)
+    leaf_type: object = r.leaf_type  # the type of the last leaf seen: most leaves share it
     while True:
         if pos < n:
             if pos >= len(seq):

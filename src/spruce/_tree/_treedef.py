@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict, defaultdict, deque
 from typing import Any, Final, Iterable
 
-from ._errors import changed_size, mismatch_detail, nodes_of, path_of, path_text, short_repr
+from ._errors import DEEP, changed_size, mismatch_detail, nodes_of, path_of, path_text, short_repr
 from ._registry import (
     CUSTOM,
     DEFAULTDICT,
@@ -119,13 +119,15 @@ class PyTreeDef:
         Raises:
           ValueError: the number of leaves differs from ``num_leaves`` (both counts are named).
         """
-        sized = hasattr(type(leaves), "__len__")
         if type(leaves) is list:
             items: list[Any] = leaves
-        elif sized:
+            sized = True
+        elif hasattr(type(leaves), "__len__"):
+            sized = True
             items = list(leaves)
         else:
             # At most one leaf more than needed is taken, so an endless iterator also fails.
+            sized = False
             items = list(itertools.islice(leaves, self._num_leaves + 1))
         if len(items) != self._num_leaves:
             if len(items) < self._num_leaves:
@@ -406,15 +408,57 @@ _ROOT_CODE: Final = (1 << SHIFT) | TUPLE  # the virtual parent of the root: one 
 
 def unflatten_table(codes: list[int], data: list[Any], leafy: list[bool], leaves: list[Any]) -> Any:
     """Build the tree of a node table from exactly the right number of leaves."""
+    c = codes[0]
+    if c == LEAF:
+        return leaves[0]
+    if leafy[0]:
+        return build(c, data[0], leaves[:])
+    return _unflatten_rec(codes, data, leafy, leaves, 0, 0, 0, 1)[0]
+
+
+def _unflatten_rec(
+    codes: list[int], data: list[Any], leafy: list[bool], leaves: list[Any], i: int, li: int, di: int, depth: int
+) -> tuple[Any, int, int, int]:
+    """Build the node at ``codes[i]`` (node data ``data[di]``, first leaf ``leaves[li]``) by
+    recursion, the fast path for the first DEEP levels; deeper subtrees are built by the
+    iterative ``_unflatten_iter``.  Returns the node and the indices just past it.
+    """
+    c = codes[i]
+    nd = data[di]
+    i += 1
+    di += 1
+    outs: list[Any] = []
+    for _ in range(c >> SHIFT):
+        c2 = codes[i]
+        if c2 == LEAF:
+            outs.append(leaves[li])
+            li += 1
+            i += 1
+        elif leafy[di]:
+            arity = c2 >> SHIFT
+            outs.append(build(c2, data[di], leaves[li : li + arity]))
+            li += arity
+            i += 1 + arity
+            di += 1
+        elif depth + 1 >= DEEP:
+            obj, i, li, di = _unflatten_iter(codes, data, leafy, leaves, i, li, di)
+            outs.append(obj)
+        else:
+            obj, i, li, di = _unflatten_rec(codes, data, leafy, leaves, i, li, di, depth + 1)
+            outs.append(obj)
+    return build(c, nd, outs), i, li, di
+
+
+def _unflatten_iter(
+    codes: list[int], data: list[Any], leafy: list[bool], leaves: list[Any], i: int, li: int, di: int
+) -> tuple[Any, int, int, int]:
+    """As ``_unflatten_rec``, with an explicit stack instead of recursion (any depth)."""
     st_code: list[int] = []
     st_data: list[Any] = []
     st_outs: list[list[Any]] = []
     outs: list[Any] = []  # children built so far for the innermost open node
     code = _ROOT_CODE
     d: Any = None
-    li = 0
-    di = 0
-    i = 0
     ncodes = len(codes)
     while i < ncodes:
         c = codes[i]
@@ -446,7 +490,9 @@ def unflatten_table(codes: list[int], data: list[Any], leafy: list[bool], leaves
             d = st_data.pop()
             outs = st_outs.pop()
             outs.append(obj)
-    return outs[0]
+        if not st_outs:
+            break  # the one node under the virtual root is complete
+    return outs[0], i, li, di
 
 
 def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str) -> list[Any]:
@@ -589,7 +635,7 @@ def table_str(codes: list[int], data: list[Any]) -> str:
 
 def _encode(d: Any) -> Any:
     if isinstance(d, DictData):
-        return ("dict", tuple(d.keys), d.order, d.factory)
+        return ("dict", tuple(d.keys), None if d.order is None else tuple(d.order), d.factory)
     if isinstance(d, CustomData):
         return ("custom", d.info.nodetype, d.aux)
     return d
@@ -628,7 +674,7 @@ def _decode(kind: int, arity: int, d: Any) -> Any:
             raise _bad("dict keys are not in sorted order")
         if factory is not None and (kind != DEFAULTDICT or not callable(factory)):
             raise _bad("only a defaultdict node has a (callable) default_factory")
-        return DictData(list(keys), order, factory)
+        return DictData(list(keys), None if order is None else list(order), factory)
     if kind == NAMEDTUPLE or kind == STRUCTSEQ:
         ok = isinstance(d, type) and (_is_namedtuple_type(d) if kind == NAMEDTUPLE else _is_structseq_type(d))
         if not ok:
