@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import threading
+import time
 import types
 from typing import Any
 
@@ -179,15 +182,78 @@ def test_errors_are_one_line(tmp_path: Any, capsys: Any) -> None:
     assert_one_error_line(err, "Is a directory")
 
 
+@contextlib.contextmanager
+def fifo(p: str) -> Any:
+    """A named pipe; should the command block opening it, a timer opens the write end after
+    10 s, so the test fails instead of hanging."""
+    os.mkfifo(p)
+
+    def unblock() -> None:
+        try:
+            os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+
+    timer = threading.Timer(10, unblock)
+    timer.start()
+    try:
+        yield p
+    finally:
+        timer.cancel()
+
+
+def test_special_files_are_one_line_errors_naming_the_file(tmp_path: Any, capsys: Any) -> None:
+    with fifo(str(tmp_path / "pipe.safetensors")) as p:
+        start = time.monotonic()
+        code, out, err = run(capsys, "inspect", p)
+        assert code == 2 and out == "" and time.monotonic() - start < 5
+        assert_one_error_line(err, f"spruce: error: {p}: not a regular file but a named pipe (FIFO)")
+        good = str(tmp_path / "good.npz")
+        sio.save(good, {"w": np.zeros(2)})
+        code, _, err = run(capsys, "diff", good, p)
+        assert code == 2
+        assert_one_error_line(err, f"{p}: not a regular file")
+    if os.path.exists("/proc/self/mem"):  # a regular file that cannot be read (EIO)
+        code, _, err = run(capsys, "inspect", "/proc/self/mem")
+        assert code == 2
+        assert_one_error_line(err, "spruce: error: /proc/self/mem: Input/output error")
+    if os.path.exists("/dev/null"):
+        code, _, err = run(capsys, "inspect", "/dev/null")
+        assert code == 2
+        assert_one_error_line(err, "/dev/null: not a regular file but a character device")
+
+
 def test_usage_errors_exit_2(capsys: Any) -> None:
-    code, _, err = run(capsys, "inspect")
-    assert code == 2 and "required: file" in err
+    code, out, err = run(capsys, "inspect")
+    assert code == 2 and out == ""
+    assert_one_error_line(err, "inspect: the following arguments are required: file", "usage: spruce inspect [-h]")
     code, _, err = run(capsys, "frobnicate")
-    assert code == 2 and "invalid choice" in err
+    assert code == 2
+    assert_one_error_line(err, "argument COMMAND: invalid choice: 'frobnicate'", "usage: spruce [-h] COMMAND ...")
+    code, _, err = run(capsys, "inspect", "x.npz", "--depth", "two")
+    assert code == 2
+    assert_one_error_line(err, "argument --depth: invalid int value: 'two'")
     code, out, _ = run(capsys, "--help")
     assert code == 0 and "inspect" in out and "diff" in out and "demo" in out
-    assert main([]) == 2
-    capsys.readouterr()
+    code, _, err = run(capsys)
+    assert code == 2
+    assert_one_error_line(err, "a command is required: inspect, diff or demo")
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--bogus"], "spruce: error: unrecognized arguments: --bogus (usage: spruce [-h] COMMAND ...)"),
+        (["--bogus", "--other=1"], "unrecognized arguments: --bogus --other=1"),
+        (["inspect", "x.npz", "--bogus"], "spruce: error: inspect: unrecognized arguments: --bogus (usage: spruce inspect"),
+        (["diff", "a.npz", "b.npz", "-x"], "diff: unrecognized arguments: -x"),
+    ],
+)
+def test_unknown_flags_name_themselves(argv: list[str], expected: str, capsys: Any) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert_one_error_line(err, expected)
+    assert "arguments are required" not in err
 
 
 # -- demo ----------------------------------------------------------------------------------------

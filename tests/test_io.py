@@ -8,16 +8,21 @@ unpickled), a ``save`` killed mid-write in a subprocess.  The real all-MiniLM-L6
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import io
 import json
 import os
+import pathlib
 import pickle
 import signal
+import stat
 import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import tracemalloc
 import zipfile
@@ -67,6 +72,35 @@ def read_bytes(p: str) -> bytes:
 def write_bytes(p: str, data: bytes) -> None:
     with open(p, "wb") as f:
         f.write(data)
+
+
+@contextlib.contextmanager
+def fifo(p: str) -> Any:
+    """A named pipe at ``p``.  Should a reader block opening it (the bug this guards against),
+    a timer opens the write end after 10 s, so the test fails instead of hanging."""
+    os.mkfifo(p)
+
+    def unblock() -> None:
+        try:
+            os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+
+    timer = threading.Timer(10, unblock)
+    timer.start()
+    try:
+        yield p
+    finally:
+        timer.cancel()
+
+
+@contextlib.contextmanager
+def umask(mask: int) -> Any:
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
 # -- a strict comparison (types, dtypes, key order, bit-exact data) --------------------------------
@@ -278,6 +312,37 @@ def test_python_scalars_and_strings_are_exact(path: str) -> None:
     assert_same(sio.load(path), tree)
 
 
+def test_ints_of_any_size(path: str) -> None:
+    """Ints beyond JSON's reach in Python (int <-> decimal str stops at 4300 digits) are stored
+    as hexadecimal, in leaves, static fields and dict keys alike; load reads them back even
+    with the smallest int-str limit Python allows."""
+    big = 10**5000
+    tree = {
+        "leaves": [big, -big, 2**2048 - 1, 2**2048, -(2**2049) + 1],
+        "block": Block(np.ones(1), None, "b", (big, 1)),
+        "keys": {2**2000: 1.5, (-(2**2000), 1): "tuple key"},
+        "nested": {"t": (np.zeros(2), big)},
+    }
+    sio.save(path, tree)
+    doc = sio.read_metadata(path)["spruce.treedef"]
+    assert f'{{"$int":"{hex(big)}"}}' in doc and f'{{"$int":"{hex(-big)}"}}' in doc
+    assert f'{{"value":{2**2048 - 1},' in doc  # up to 2048 bits: a JSON number
+    assert f'{{"$int":"{hex(2**2048)}"}}' in doc
+    assert_same(sio.load(path), tree)
+    assert_same(sio.load(path, like=tree), tree)
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)
+    try:
+        assert_same(sio.load(path), tree)
+    finally:
+        sys.set_int_max_str_digits(old)
+
+
+def test_int_too_big_for_a_name_is_refused_with_its_key_path(path: str) -> None:
+    with pytest.raises(ValueError, match=r"the dict at key path \['d'\] has a key \(of type int\) that cannot be written in a tensor name"):
+        sio.save(path, {"d": {10**5000: np.ones(1)}})
+
+
 def test_non_contiguous_fortran_and_big_endian_arrays(path: str) -> None:
     base = np.arange(24, dtype=np.float64).reshape(4, 6)
     tree = {
@@ -337,10 +402,36 @@ def test_modules_round_trip(path: str) -> None:
 def test_module_with_function_static_field_needs_like(path: str) -> None:
     model = FnBlock(np.ones(2, np.float32), np.tanh)
     sio.save(path, model)  # saving works: the leaves are data
-    with pytest.raises(CheckpointError, match=r"static field 'activation'.*code, not data.*like="):
+    with pytest.raises(CheckpointError, match=r"static field 'activation' of FnBlock holds the function tanh \(ufunc\), which is code, not data.*like="):
         sio.load(path)
     back = sio.load(path, like=model)
     assert back.activation is np.tanh and np.array_equal(back.weight, model.weight)
+
+
+def test_mlp_without_like_names_the_field_and_type_cleanly(path: str) -> None:
+    jax = pytest.importorskip("jax")
+    import spruce.nn as nn
+
+    mlp = nn.MLP(2, 3, 4, 1, key=jax.random.PRNGKey(0))
+    sio.save(path, mlp)
+    with pytest.raises(CheckpointError) as info:
+        sio.load(path)
+    msg = str(info.value)
+    assert msg.startswith(f"{path}: the stored structure at '<root>' cannot be rebuilt without like=: ")
+    assert "the class spruce.nn._linear:MLP was saved without its node data because static field " \
+        "'activation' of MLP holds the function relu (custom_jvp), which is code, not data" in msg
+    assert msg.endswith("spruce.io.load(path, like=...)")
+    assert " at 0x" not in msg and "object" not in msg  # no object repr, cut off or not
+    back = sio.load(path, like=mlp)
+    assert back.activation is mlp.activation and spruce.tree_equal(back, mlp)
+
+
+def test_defaultdict_with_a_lambda_factory_needs_like(path: str) -> None:
+    d = defaultdict(lambda: 0, {"a": np.ones(1)})
+    sio.save(path, d)
+    with pytest.raises(CheckpointError, match=r"the default_factory of the defaultdict is the function .*<lambda>, not one of the builtin types list, dict.*like=") as info:
+        sio.load(path)
+    assert " at 0x" not in str(info.value)
 
 
 def test_local_class_needs_like(path: str) -> None:
@@ -635,7 +726,8 @@ def test_format_is_sniffed_for_other_suffixes(tmp_path: Any) -> None:
     "tree, match",
     [
         ({"a": [object()]}, r"key path \['a'\]\[0\] cannot be saved: a object is not plain data"),
-        ({"f": np.sin}, r"\['f'\] cannot be saved: a numpy.ufunc .* is code, not data"),
+        ({"f": np.sin}, r"\['f'\] cannot be saved: the function sin \(ufunc\) is code, not data"),
+        ({"f": lambda x: x}, r"\['f'\] cannot be saved: the function .*<lambda> is code, not data"),
         ({"c": 1j}, r"\['c'\] cannot be saved: a complex"),
         ({"b": b"bytes"}, r"\['b'\] cannot be saved: a bytes"),
         ({"o": np.array([None])}, r"\['o'\] is an array of dtype object"),
@@ -956,8 +1048,9 @@ def test_failed_write_keeps_the_old_file(path: str, monkeypatch: Any, fmt: str) 
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(module, "write", half_then_fail)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match="No space left") as info:
         sio.save(path, {"w": np.ones(1000)})
+    assert info.value.errno == errno.ENOSPC and info.value.filename == path
     assert read_bytes(path) == before
     assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]  # temp file removed
     monkeypatch.undo()
@@ -979,6 +1072,78 @@ def test_safetensors_package_errors_become_checkpoint_errors(tmp_path: Any, monk
         sio.save(p, {"a": np.zeros(1)})
     assert info.value.path == p and read_bytes(p) == before
     assert os.listdir(tmp_path) == ["a.safetensors"]
+
+
+def _assert_unchanged(path: str, before: bytes) -> None:
+    assert read_bytes(path) == before
+    assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]  # no temporary file
+
+
+def test_disk_full_is_an_oserror_in_both_formats(path: str, fmt: str, monkeypatch: Any) -> None:
+    """A full disk, as each format's writer meets it: the safetensors package reports it as a
+    SafetensorError (its real message), NumPy's .npy writer as an OSError from a half-written
+    member.  Both come out as OSError(ENOSPC) naming the target, the old file intact."""
+    import safetensors
+
+    sio.save(path, {"w": np.arange(3.0)})
+    before = read_bytes(path)
+    if fmt == "safetensors":
+        def full(specs: Any, tmp: str, metadata: Any = None) -> None:
+            with open(tmp, "wb") as f:
+                f.write(b"partial")
+            raise safetensors.SafetensorError(
+                f'Error while serializing: I/O error: No space left on device (os error 28) at path "{tmp}"'
+            )
+
+        monkeypatch.setattr(safetensors, "serialize_file", full)
+    else:
+        real = np.lib.format.write_array
+
+        def full(fp: Any, arr: Any, *args: Any, **kwargs: Any) -> None:
+            real(fp, arr[: len(arr) // 2], *args, **kwargs)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(np.lib.format, "write_array", full)
+    with pytest.raises(OSError) as info:
+        sio.save(path, {"w": np.ones(1000)})
+    assert type(info.value) is OSError and not isinstance(info.value, ValueError)
+    assert info.value.errno == errno.ENOSPC and info.value.filename == path
+    assert str(info.value) == f"[Errno 28] No space left on device: {path!r}"
+    _assert_unchanged(path, before)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="needs RLIMIT_FSIZE (POSIX)")
+def test_a_real_write_error_is_an_oserror_in_both_formats(path: str) -> None:
+    """A real I/O error, no mocks: a file size limit (RLIMIT_FSIZE) makes the writes of both
+    writers fail with EFBIG."""
+    import resource
+
+    sio.save(path, {"w": np.arange(3.0)})
+    before = read_bytes(path)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, hard))
+    try:
+        with pytest.raises(OSError) as info:
+            sio.save(path, {"w": np.ones(100_000)})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+    assert info.value.errno == errno.EFBIG and info.value.filename == path
+    _assert_unchanged(path, before)
+
+
+def test_save_errors_name_the_target_not_the_temporary_file(tmp_path: Any, fmt: str) -> None:
+    missing = str(tmp_path / "no-such-folder" / f"a.{fmt}")
+    with pytest.raises(FileNotFoundError) as info:
+        sio.save(missing, {"a": np.ones(1)})
+    assert info.value.filename == missing and info.value.filename2 is None
+    folder = tmp_path / f"folder.{fmt}"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError) as info2:
+        sio.save(str(folder), {"a": np.ones(1)})
+    assert info2.value.filename == str(folder) and ".tmp" not in str(info2.value)
+    assert sorted(os.listdir(tmp_path)) == [f"folder.{fmt}"] and os.listdir(folder) == []
 
 
 def test_file_replaced_between_header_and_data(path: str, monkeypatch: Any) -> None:
@@ -1004,6 +1169,89 @@ def test_permissions_are_kept(path: str) -> None:
     os.chmod(path, 0o640)
     sio.save(path, {"a": np.zeros(1)})
     assert os.stat(path).st_mode & 0o777 == 0o640
+    with umask(0o077):
+        sio.save(path, {"a": np.zeros(1)})
+    assert os.stat(path).st_mode & 0o777 == 0o640  # an existing file's mode, not the umask
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027, 0o002])
+def test_new_files_respect_the_umask(tmp_path: Any, fmt: str, mask: int) -> None:
+    """A new file gets the mode open() and np.save give it, 0o666 minus the umask (the
+    safetensors package itself creates 0o600 files)."""
+    p = str(tmp_path / f"new.{fmt}")
+    with umask(mask):
+        sio.save(p, {"a": np.ones(1)})
+        with open(tmp_path / "reference", "wb"):
+            pass
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o666 & ~mask
+    assert stat.S_IMODE(os.stat(p).st_mode) == stat.S_IMODE(os.stat(tmp_path / "reference").st_mode)
+
+
+def test_file_names_up_to_the_limit(tmp_path: Any, fmt: str) -> None:
+    """The temporary name does not grow with the target's: a 250- and a 255-character name
+    (the usual file name limit) save."""
+    for length in (250, 255):
+        name = "n" * (length - len(fmt) - 1) + "." + fmt
+        assert len(name) == length
+        p = str(tmp_path / name)
+        sio.save(p, {"a": np.arange(3)})
+        sio.save(p, {"a": np.arange(4)})  # over an existing file too
+        assert np.array_equal(sio.load(p)["a"], np.arange(4))
+        os.unlink(p)
+    assert os.listdir(tmp_path) == []
+
+
+def test_bytes_and_pathlike_paths(tmp_path: Any, fmt: str) -> None:
+    as_str = str(tmp_path / f"ckpt-ü.{fmt}")
+    for p in (os.fsencode(as_str), pathlib.Path(as_str)):
+        sio.save(p, {"a": np.ones(2), "n": 1})
+        assert list(sio.read_header(p)) == ["a"]
+        assert "spruce.treedef" in sio.read_metadata(p)
+        assert sio.load(p)["n"] == 1 and sio.load(p, like={"a": np.zeros(2), "n": 0})["n"] == 1
+    with pytest.raises(CheckpointError) as info:
+        write_bytes(as_str, b"junk")
+        sio.load(os.fsencode(as_str))
+    assert info.value.path == as_str  # errors name the decoded str path
+    for function in (lambda x: sio.save(x, {}), sio.load, sio.read_header, sio.read_metadata):
+        with pytest.raises(TypeError, match=r"path must be a str, bytes or os.PathLike object, not int"):
+            function(3)
+
+
+# ================================================================================================
+# Only regular files are read; OSErrors name the file
+# ================================================================================================
+
+
+def test_a_fifo_is_refused_without_waiting(tmp_path: Any, fmt: str) -> None:
+    with fifo(str(tmp_path / f"pipe.{fmt}")) as p:
+        start = time.monotonic()
+        for function in (sio.load, sio.read_header, sio.read_metadata, lambda x: sio.load(x, like={})):
+            with pytest.raises(CheckpointError) as info:
+                function(p)
+            assert str(info.value) == (
+                f"{p}: not a regular file but a named pipe (FIFO); checkpoints are read from "
+                "regular files only"
+            )
+        assert time.monotonic() - start < 5
+
+
+def test_devices_and_directories_are_refused(tmp_path: Any) -> None:
+    if os.path.exists("/dev/null"):
+        with pytest.raises(CheckpointError, match=r"^/dev/null: not a regular file but a character device"):
+            sio.read_header("/dev/null")
+    with pytest.raises(IsADirectoryError) as info:
+        sio.load(str(tmp_path))
+    assert info.value.filename == str(tmp_path)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="Linux /proc")
+def test_read_errors_name_the_file() -> None:
+    """/proc/self/mem is a regular file whose first bytes cannot be read (EIO): the OSError
+    from read() names no file by itself."""
+    for function in (sio.read_header, sio.load, sio.read_metadata):
+        with pytest.raises(OSError) as info:
+            function("/proc/self/mem")
+        assert info.value.errno == errno.EIO and info.value.filename == "/proc/self/mem"
 
 
 _KILL_CHILD = """
@@ -1049,7 +1297,7 @@ def test_save_killed_in_a_subprocess_leaves_the_old_file(tmp_path: Any, fmt: str
         line = child.stdout.readline().strip() if child.stdout else ""
         assert line in ("WRITING", "WRITTEN"), child.stderr.read() if child.stderr else line
         temps = [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
-        assert len(temps) == 1 and temps[0].startswith(f".ckpt.{fmt}.")
+        assert len(temps) == 1 and temps[0].startswith(".spruce-") and len(temps[0]) == 24
         child.send_signal(signal.SIGKILL)
     finally:
         child.kill()

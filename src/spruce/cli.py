@@ -1,8 +1,9 @@
 """The ``spruce`` command: ``spruce inspect FILE``, ``spruce diff A B``, ``spruce demo``.
 
 ``main(argv)`` returns the exit code (the console script and ``python -m spruce`` pass it to
-``sys.exit``): 0 on success, 1 when ``diff`` finds differences, 2 for a usage error or an
-error reading a file — printed as one red line on stderr, never a traceback.
+``sys.exit``): 0 on success, 1 when ``diff`` finds differences, 2 for a usage error (an unknown
+flag, a missing argument: the error and the usage) or an error reading a file — printed as
+one red line on stderr, never a traceback.
 
 Output is printed with rich; when stdout is not a terminal it is plain text, ``COLUMNS``
 wide if set (160 otherwise).
@@ -14,16 +15,41 @@ import argparse
 import fnmatch
 import os
 import sys
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, NoReturn, Sequence
 
 __all__ = ["main"]
 
 _DESCRIPTION = "Inspect and compare pytree checkpoints (.safetensors, .npz)."
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="spruce", description=_DESCRIPTION)
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+class _UsageError(Exception):
+    """A command line argparse refused (the message is one line, with the usage)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors raised as one-line _UsageErrors instead of printing the
+    usage and exiting (the subcommands' parsers are of this class too)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}  # filled by _parser
+
+    def error(self, message: str) -> NoReturn:
+        usage = " ".join(self.format_usage().split())
+        usage = usage[len("usage: "):] if usage.startswith("usage: ") else usage
+        command = self.prog.partition(" ")[2]
+        raise _UsageError(f"{command + ': ' if command else ''}{message} (usage: {usage})")
+
+    def parser_of(self, command: str | None) -> argparse.ArgumentParser:
+        """The parser of a subcommand (this parser for None or an unknown name)."""
+        return self.commands.get(command or "", self)
+
+
+def _parser() -> _Parser:
+    p = _Parser(prog="spruce", description=_DESCRIPTION)
+    # Not required=True: argparse would then report a missing COMMAND before an unknown flag
+    # (`spruce --bogus`); main checks for both itself, unknown flags first.
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     ins = sub.add_parser(
         "inspect",
@@ -59,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
         help="run the main demo: the pretrained all-MiniLM-L6-v2 transformer as a spruce Module",
     )
     demo.set_defaults(func=_demo)
+    p.commands = {"inspect": ins, "diff": dif, "demo": demo}
     return p
 
 
@@ -76,9 +103,17 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = _parser()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # argparse exits for --help and for usage errors
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            # the usage of the command whose flags they are not (spruce inspect FILE --bogus)
+            parser.parser_of(args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
+        if args.command is None:
+            parser.error("a command is required: inspect, diff or demo")
+    except SystemExit as e:  # argparse exits for --help
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except _UsageError as e:
+        _error(str(e))
+        return 2
     try:
         code: int = args.func(args, _console())
         return code
@@ -231,12 +266,13 @@ def _matches(name: str, globs: list[str]) -> bool:
 
 def _header(path: str) -> tuple[dict[str, Any], str]:
     import spruce.io
+    from spruce.io._files import open_regular
 
     tensors = spruce.io.read_header(path)
     low = path.lower()
     fmt = "npz" if low.endswith(".npz") else "safetensors"
     if not low.endswith((".npz", ".safetensors")):
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             fmt = "npz" if f.read(2) == b"PK" else "safetensors"
     return tensors, fmt
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import zipfile
-from typing import Any, Callable, Literal, Mapping, NamedTuple, Union, overload
+from typing import Any, Callable, Iterator, Literal, Mapping, NamedTuple, Union, overload
 
 import numpy as np
 
@@ -14,11 +15,11 @@ from .. import tree as _tree
 from . import _npz, _safetensors
 from ._dtypes import NPZ_NAMES, SAFETENSORS_NAMES, describe
 from ._errors import CheckpointError, MismatchError
-from ._files import Entry, MappedFile, Parsed, atomic_write, open_same, shape_size
+from ._files import Entry, MappedFile, Parsed, atomic_write, open_regular, open_same, shape_size, with_path
 from ._names import flatten_names, unflatten_names
 from ._structure import FORMAT_VERSION, TREEDEF_KEY, Decoder, LeafSpec, encode_tree, leaf_table
 
-PathLike = Union[str, "os.PathLike[str]"]
+PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 Rename = Union[Callable[[str], Union[str, None]], Mapping[str, str]]
 
 _MAX_LISTED = 20
@@ -69,14 +70,32 @@ def _save_format(path: str) -> str:
     )
 
 
-def _parse(path: PathLike) -> Parsed:
-    p = os.fspath(path)
+def _fspath(path: Any, function: str) -> str:
+    """``path`` as a str (bytes paths are decoded as ``open()`` does, with os.fsdecode)."""
+    try:
+        return os.fsdecode(path)
+    except TypeError:
+        raise TypeError(
+            f"{function}: path must be a str, bytes or os.PathLike object, not {type(path).__name__}"
+        ) from None
+
+
+@contextlib.contextmanager
+def _naming(path: str) -> Iterator[None]:
+    """OSErrors raised inside name ``path`` (a failed read names no file by itself)."""
+    try:
+        yield
+    except OSError as e:
+        raise with_path(e, path) from None
+
+
+def _parse(p: str) -> Parsed:
     low = p.lower()
     if low.endswith(".npz"):
         return _npz.parse(p)
     if low.endswith(".safetensors"):
         return _safetensors.parse(p)
-    with open(p, "rb") as f:
+    with open_regular(p) as f:
         magic = f.read(4)
     if magic in (b"PK\x03\x04", b"PK\x05\x06"):
         return _npz.parse(p)
@@ -151,7 +170,8 @@ def read_header(path: PathLike) -> dict[str, TensorInfo]:
     The header is fully validated first (see ``load`` for what is checked).
 
     Args:
-      path: a .safetensors or .npz file (another suffix: the format is sniffed).
+      path: a .safetensors or .npz file (another suffix: the format is sniffed); a str, bytes
+        or os.PathLike.
 
     Returns:
       ``{name: TensorInfo(dtype, shape, size, nbytes)}``, in the order of the saved tree for a
@@ -160,8 +180,10 @@ def read_header(path: PathLike) -> dict[str, TensorInfo]:
       that spruce stored in the metadata are not listed (see ``read_metadata``).
 
     Raises:
-      CheckpointError: not a checkpoint, corrupted, truncated, or a header that lies.
-      OSError: the file cannot be opened (FileNotFoundError, ...).
+      CheckpointError: not a checkpoint, corrupted, truncated, or a header that lies; not a
+        regular file (a FIFO, a device: refused before opening, so nothing waits).
+      OSError: the file cannot be opened or read (FileNotFoundError, IsADirectoryError, ...);
+        the error names the file.
 
     >>> import os, tempfile, numpy as np
     >>> path = os.path.join(tempfile.mkdtemp(), 'w.safetensors')
@@ -169,7 +191,9 @@ def read_header(path: PathLike) -> dict[str, TensorInfo]:
     >>> read_header(path)
     {'w': TensorInfo(dtype='float32', shape=(2, 3), size=6, nbytes=24)}
     """
-    parsed = _parse(path)
+    p = _fspath(path, "read_header")
+    with _naming(p):
+        parsed = _parse(p)
     names = list(parsed.tensors)
     try:
         doc = _doc(parsed)
@@ -199,7 +223,9 @@ def read_metadata(path: PathLike) -> dict[str, str]:
     >>> meta['epoch'], sorted(meta)
     ('3', ['epoch', 'spruce.treedef'])
     """
-    return dict(_parse(path).metadata)
+    p = _fspath(path, "read_metadata")
+    with _naming(p):
+        return dict(_parse(p).metadata)
 
 
 def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None) -> None:
@@ -219,18 +245,20 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
       e5m2fnuz, e8m0fnu), complex64; .npz also complex128.
     - NumPy scalars (``np.float32(1)``, bfloat16 included): a 0-d tensor, loaded back as a
       NumPy scalar of the same dtype; 0-d arrays load back as 0-d arrays.
-    - Python ``bool``, ``int``, ``float``, ``str``: stored exactly in the metadata (not as
-      tensors), loaded back with their type.
+    - Python ``bool``, ``int`` (any size), ``float``, ``str``: stored exactly in the metadata
+      (not as tensors), loaded back with their type.
     - anything else (functions, objects, ``jax.ShapeDtypeStruct`` placeholders, complex
       numbers, bytes) is refused with a ValueError naming its key path, so that a file that
       saved always loads.
 
     The file is written to a temporary file in the same folder, flushed to disk (fsync) and
     renamed over ``path``: a crash or a kill at any point leaves either the old file or the
-    new one.
+    new one.  An existing file keeps its permission bits; a new one gets those ``open()``
+    gives (0o666 minus the umask).
 
     Args:
-      path: the file; its suffix, ``.safetensors`` or ``.npz``, chooses the format.
+      path: the file (a str, bytes or os.PathLike); its suffix, ``.safetensors`` or ``.npz``,
+        chooses the format.
       tree: the pytree to save (a spruce Module included).
       metadata: extra str -> str entries for the file's metadata (keys must not start with
         ``spruce.``).
@@ -238,7 +266,9 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
     Raises:
       ValueError: an unknown suffix; a leaf that cannot be stored (its key path is named); two
         leaves with the same name; a dict key that is not plain data; bad metadata.
-      OSError: the folder does not exist or cannot be written.
+      OSError: any I/O failure, in both formats, naming ``path``: the folder does not exist or
+        cannot be written, ``path`` is a directory (IsADirectoryError), the disk is full
+        (errno ENOSPC).  The old file, if any, is left as it was.
 
     >>> import os, tempfile, numpy as np
     >>> path = os.path.join(tempfile.mkdtemp(), 'params.safetensors')
@@ -247,7 +277,7 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
     {'layers': [{'w': array([[1., 1.],
            [1., 1.]], dtype=float32)}], 'lr': 0.1}
     """
-    p = os.fspath(path)
+    p = _fspath(path, "save")
     fmt = _save_format(p)
     meta: dict[str, str] = {}
     if metadata is not None:
@@ -301,7 +331,8 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
     raise CheckpointError without allocating the declared sizes; nothing is ever unpickled.
 
     Args:
-      path: a .safetensors or .npz file (another suffix: the format is sniffed).
+      path: a .safetensors or .npz file (another suffix: the format is sniffed); a str, bytes
+        or os.PathLike.
       like: optional pytree giving the structure and the expected leaves.
       strict: if True, every leaf of ``like`` must be in the file and every tensor of the file
         must be used (for a file with spruce metadata, without ``like``: used by the stored
@@ -317,12 +348,12 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
       The tree; with ``strict=False``, a ``LoadResult``.
 
     Raises:
-      CheckpointError: the file is not a checkpoint, is corrupted or truncated, its header
-        lies, or its stored structure cannot be rebuilt without ``like``.
+      CheckpointError: the file is not a checkpoint (or not a regular file), is corrupted or
+        truncated, its header lies, or its stored structure cannot be rebuilt without ``like``.
       MismatchError: with ``like``, a shape / dtype / kind differs (always), or (strict) names
         are missing or unexpected; the message lists the dotted names.
       ValueError: ``rename`` maps two entries to one name.
-      OSError: the file cannot be opened.
+      OSError: the file cannot be opened, mapped or read; the error names the file.
 
     >>> import os, tempfile, numpy as np
     >>> path = os.path.join(tempfile.mkdtemp(), 'ckpt.npz')
@@ -334,7 +365,13 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
     >>> res.tree['w'], res.missing, res.unexpected
     (array([0., 1., 2.]), ['extra'], ['b.0'])
     """
-    parsed = _parse(path)
+    p = _fspath(path, "load")
+    with _naming(p):
+        return _load(p, like, strict, rename)
+
+
+def _load(p: str, like: Any, strict: bool, rename: Rename | None) -> Any:
+    parsed = _parse(p)
     doc = _doc(parsed)
     with _Reader(parsed) as reader:
         if like is not None:

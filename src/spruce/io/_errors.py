@@ -9,12 +9,13 @@ from typing import Sequence
 class CheckpointError(ValueError):
     """A file could not be read as a checkpoint, or its structure could not be rebuilt.
 
-    Raised for: a file that is not a .safetensors / .npz checkpoint, a truncated or corrupted
-    file, a header whose sizes or offsets lie, a declared size larger than the file, an array
-    stored as pickled objects (never unpickled), corrupted spruce metadata, and a stored
-    structure that cannot be rebuilt without ``like=`` (a class that is not imported or no
-    longer matches, a node whose static data is not plain data).  The message names the file
-    and, where there is one, the key path.
+    Raised for: a file that is not a .safetensors / .npz checkpoint, or not a regular file (a
+    named pipe, a device), a truncated or corrupted file, a header whose sizes or offsets lie,
+    a declared size larger than the file, an array stored as pickled objects (never
+    unpickled), corrupted spruce metadata, and a stored structure that cannot be rebuilt
+    without ``like=`` (a class that is not imported or no longer matches, a node whose static
+    data is not plain data).  The message names the file and, where there is one, the key
+    path.
 
     Attributes:
       path: the file (a ``str``), or None when the error is not about a particular file.

@@ -1,7 +1,9 @@
-"""What both file formats share: the parsed header, the memory-mapped reader, atomic writes."""
+"""What both file formats share: the parsed header, the memory-mapped reader, opening only
+regular files, atomic writes, and OSErrors that name the file."""
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import secrets
@@ -54,13 +56,64 @@ def identity(fd: int) -> tuple[int, ...]:
     return (s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns)
 
 
+def with_path(e: OSError, path: str) -> OSError:
+    """``e`` naming ``path`` as its file (an OSError from a read or write often names no file,
+    or a temporary one): the same errno, so the same subclass (FileNotFoundError, ...)."""
+    if e.filename == path and e.filename2 is None:
+        return e
+    if e.errno is not None:
+        return OSError(e.errno, e.strerror or os.strerror(e.errno), path)
+    text = str(e)
+    return e if text.startswith(f"{path}: ") else OSError(f"{path}: {text}")
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _check_regular(mode: int, path: str) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    kind = next((text for test, text in _KINDS if test(mode)), "a special file")
+    raise CheckpointError(f"not a regular file but {kind}; checkpoints are read from regular files only", path)
+
+
+def open_regular(path: str) -> IO[bytes]:
+    """Open ``path`` for reading if it is a regular file.
+
+    The path is checked with ``os.stat`` before opening (opening a FIFO would wait for a
+    writer; opening a device can have effects), and the opened file again with ``os.fstat``
+    (opened non-blocking, so a FIFO swapped in between cannot hang).
+
+    Raises:
+      IsADirectoryError: a directory.
+      CheckpointError: a FIFO, a device, a socket: not a regular file.
+      OSError: the file cannot be opened (naming ``path``).
+    """
+    _check_regular(os.stat(path).st_mode, path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    try:
+        _check_regular(os.fstat(fd).st_mode, path)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def open_same(parsed: Parsed) -> IO[bytes]:
     """Open the parsed file again, checking that it is still the same file.
 
     Raises:
       CheckpointError: the file was replaced or changed since its header was read.
     """
-    f = open(parsed.path, "rb")
+    f = open_regular(parsed.path)
     if identity(f.fileno()) != parsed.ident:
         f.close()
         raise CheckpointError("the file changed while being read (replaced or rewritten); load it again", parsed.path)
@@ -93,39 +146,53 @@ class MappedFile:
         return arr.view(e.view) if e.view is not None else arr
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[str], None]) -> None:
+def atomic_write(path: str, write: Callable[[str], None]) -> None:
     """Write a file atomically: ``write(tmp)`` fills a new temporary file in the same folder,
     which is flushed to disk (fsync) and renamed over ``path`` (os.replace), and the folder is
     fsynced.  Readers see the old file or the new one, never a mix; if anything fails (or the
     process is interrupted) before the rename, the temporary file is removed and ``path`` is
-    untouched.  A process killed with SIGKILL may leave ``.<name>.<random>.tmp`` behind.
-    An existing file's permission bits are kept.
+    untouched.  A process killed with SIGKILL may leave ``.spruce-<random>.tmp`` behind.
+
+    The temporary name has a fixed length (24 characters), so any legal file name can be
+    saved.  An existing file's permission bits are kept; a new file gets the bits ``open()``
+    would give it (0o666 minus the umask, or what the folder's default ACL says): they are
+    read from the temporary file, which is created with mode 0o666 like ``open()`` creates
+    files, so the process-wide umask is never changed.
+
+    Raises:
+      IsADirectoryError: ``path`` is a directory.
+      OSError: any I/O failure (a missing folder, no permission, a full disk), always naming
+        ``path`` (never the temporary file).
     """
-    path = os.fspath(path)
-    folder, base = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{base}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
-    os.close(fd)
+    folder = os.path.dirname(os.path.abspath(path))
     try:
+        if os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        tmp = os.path.join(folder, f".spruce-{secrets.token_hex(6)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+        os.close(fd)
         try:
-            mode: int | None = stat.S_IMODE(os.stat(path).st_mode)
-        except OSError:
-            mode = None
-        write(tmp)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+            try:
+                mode = stat.S_IMODE(os.stat(path).st_mode)
+            except OSError:
+                mode = stat.S_IMODE(os.stat(tmp).st_mode)  # 0o666 & ~umask, as open() gives
+            write(tmp)  # (the safetensors package replaces tmp by a file of its own, mode 0o600)
+            if stat.S_IMODE(os.stat(tmp).st_mode) != mode:
+                os.chmod(tmp, mode)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError as e:
+        raise with_path(e, path) from None
     try:
         dfd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:

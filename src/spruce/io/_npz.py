@@ -26,7 +26,7 @@ import numpy as np
 
 from ._dtypes import NPZ_NAMES, dtype_of, needs_ml_dtypes
 from ._errors import CheckpointError
-from ._files import Entry, Parsed, identity, shape_size
+from ._files import Entry, Parsed, identity, open_regular, shape_size
 
 METADATA_MEMBER: Final = "__metadata__.npy"
 DTYPES_KEY: Final = "spruce.npz_dtypes"
@@ -154,7 +154,7 @@ def parse(path: str) -> Parsed:
         or headers that lie.
       OSError: the file cannot be opened.
     """
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         ident = identity(f.fileno())
         size = ident[2]
         try:

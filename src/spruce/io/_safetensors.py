@@ -13,15 +13,21 @@ safetensors library), found without reading or allocating the declared sizes.
 from __future__ import annotations
 
 import json
+import os
+import re
 from typing import Any, Final
 
 import numpy as np
 
 from ._dtypes import SAFETENSORS_CODES, dtype_of
 from ._errors import CheckpointError
-from ._files import Entry, Parsed, identity, shape_size
+from ._files import Entry, Parsed, identity, open_regular, shape_size
 
 MAX_HEADER: Final = 100_000_000  # the safetensors library's own limit
+# How the safetensors package reports an I/O error: "... I/O error: No space left on device
+# (os error 28) ..." (Rust's io::Error), "IoError(Os { code: 28, ... })" in older versions.
+_OS_ERROR: Final = re.compile(r"\(os error (\d+)\)|\bOs \{ code: (\d+)")
+_IO_ERROR: Final = re.compile(r"I/O error|IoError")
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -40,7 +46,7 @@ def parse(path: str) -> Parsed:
       CheckpointError: not a safetensors file, or a header that is malformed or lies.
       OSError: the file cannot be opened.
     """
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         ident = identity(f.fileno())
         size = ident[2]
         if size < 8:
@@ -130,7 +136,10 @@ def write(tmp: str, arrays: dict[str, np.ndarray[Any, Any]], metadata: dict[str,
     file ``tmp`` with the safetensors package (``path``, the final name, is for messages).
 
     Raises:
-      CheckpointError: the safetensors package refused (its message is kept).
+      OSError: an I/O error (a full disk, ...), which the package reports as a
+        SafetensorError: turned back into the OSError, naming ``path``.
+      CheckpointError: the safetensors package refused for another reason (its message is
+        kept).
     """
     import safetensors
 
@@ -143,4 +152,11 @@ def write(tmp: str, arrays: dict[str, np.ndarray[Any, Any]], metadata: dict[str,
     try:
         safetensors.serialize_file(specs, tmp, metadata=metadata)
     except safetensors.SafetensorError as e:
-        raise CheckpointError(f"the safetensors package could not write the file: {e}", path) from None
+        message = str(e)
+        m = _OS_ERROR.search(message)
+        if m is not None:
+            code = int(m.group(1) or m.group(2))
+            raise OSError(code, os.strerror(code), path) from None
+        if _IO_ERROR.search(message):
+            raise OSError(f"{path}: {message}") from None
+        raise CheckpointError(f"the safetensors package could not write the file: {message}", path) from None

@@ -40,7 +40,7 @@ from .. import tree as _tree
 from ._dtypes import describe, name_of
 from ._errors import CheckpointError
 from ._names import component, escaper, path_text
-from ._values import NotData, class_ref, decode_value, encode_value, resolve
+from ._values import NotData, class_ref, decode_value, describe_code, encode_value, resolve
 
 FORMAT_VERSION: Final = 1
 TREEDEF_KEY: Final = "spruce.treedef"
@@ -203,6 +203,13 @@ class _Encoder:
         for key in x.keys():
             k, c = by_key[key]
             try:
+                component(k, self.esc)
+            except ValueError as e:  # repr() of an int of more than 4300 digits
+                raise ValueError(
+                    f"save: the dict at key path {path_text(path)} has a key (of type "
+                    f"{type(key).__name__}) that cannot be written in a tensor name: {e}"
+                ) from None
+            try:
                 ekey = encode_value(key)
             except NotData as e:
                 raise ValueError(
@@ -220,8 +227,8 @@ class _Encoder:
             else:
                 out["factory"] = None
                 out["opaque"] = (
-                    f"its default_factory {factory!r:.60} is not one of the builtin types "
-                    f"({', '.join(_FACTORIES)})"
+                    f"the default_factory of the defaultdict is {describe_code(factory)}, not one "
+                    f"of the builtin types {', '.join(_FACTORIES)}"
                 )
         return out
 
@@ -237,15 +244,15 @@ class _Encoder:
                 "class": ref,
                 "children": [self.node(c, path + (k,), depth + 1) for k, c in kv],
                 "opaque": problem or (
-                    f"{t.__qualname__} is registered with its own flatten/unflatten functions, "
-                    "so its node data is not stored"
+                    f"the class {t.__qualname__} is registered with its own flatten/unflatten "
+                    "functions, so its node data is not stored"
                 ),
             }
         names = [k.name for k in keys]
         fields = [f.name for f in dataclasses.fields(t)]
         static: list[list[Any]] = []
         if problem is None and not set(names) <= set(fields):
-            problem = f"its children {names} are not all dataclass fields of {t.__qualname__}"
+            problem = f"the children {names} of {t.__qualname__} are not all its dataclass fields"
         if problem is None:
             for f in fields:
                 if f in names:
@@ -253,11 +260,11 @@ class _Encoder:
                 try:
                     static.append([f, encode_value(getattr(x, f))])
                 except NotData as e:
-                    problem = f"its static field {f!r} is not plain data: {e}"
+                    problem = f"static field {f!r} of {t.__qualname__} holds {e.what}, which is {e.why}"
                     static = []
                     break
                 except AttributeError:
-                    problem = f"its field {f!r} is not set"
+                    problem = f"field {f!r} of {t.__qualname__} is not set"
                     static = []
                     break
         if problem is None:
@@ -267,9 +274,9 @@ class _Encoder:
                 same = _tree.flatten_one_level_with_path(rebuilt)[1] == td
             except (TypeError, ValueError, AttributeError) as e:
                 same = False
-                problem = f"rebuilding it from its fields failed: {e}"
+                problem = f"rebuilding {t.__qualname__} from its fields failed: {e}"
             if not same and problem is None:
-                problem = "rebuilding it from its fields does not give the same node data"
+                problem = f"rebuilding {t.__qualname__} from its fields does not give the same node data"
         out: dict[str, Any] = {
             "class": ref,
             "fields": [[n, self.node(c, path + (k,), depth + 1)] for n, (k, c) in zip(names, kv)],
@@ -378,9 +385,9 @@ def _children(node: dict[str, Any], kind: str) -> list[tuple[str, Any]]:
         for k, c in _pairs(body, kind):
             try:
                 key = decode_value(k)
-            except ValueError as e:
+                out.append((esc.escape(key if type(key) is str else repr(key)), c))
+            except ValueError as e:  # (repr() refuses ints of more than 4300 digits)
                 raise _Corrupt(str(e)) from None
-            out.append((esc.escape(key if type(key) is str else repr(key)), c))
         return out
     if kind == "class" and "fields" not in node:
         kids: Any = node.get("children")
@@ -460,8 +467,12 @@ class Decoder:
             return arr
         opaque = node.get("opaque")
         if opaque is not None:
-            stored = node.get(kind)
-            raise self.cannot_rebuild(where, f"its {kind} {str(stored)[:100]} was stored without its node data: {str(opaque)[:300]}")
+            stored = node.get(kind) if kind in ("class", "namedtuple", "structseq") else None
+            what = f"the {kind} {stored}" if type(stored) is str and len(stored) <= 200 else f"the {kind}"
+            reason = str(opaque)
+            if len(reason) > 500:
+                reason = reason[:497] + "..."
+            raise self.cannot_rebuild(where, f"{what} was saved without its node data because {reason}")
         kids = _children(node, kind)
         values = [self.node(c, depth + 1, f"{where}.{comp}" if where else comp) for comp, c in kids]
         if kind == "tuple":

@@ -4,8 +4,11 @@ Values (non-array leaves, dict keys, static fields) are stored only when they ar
 ``None``, ``bool``, ``int``, ``float``, ``str`` (exact types), lists, tuples and dicts of data,
 and NumPy dtypes.  JSON has no tuple, no non-finite float and only str object keys, so those
 are tagged: ``{"$tuple": [...]}``, ``{"$float": "nan"}``, ``{"$dict": [[key, value], ...]}``,
-``{"$dtype": "bfloat16"}``.  Functions and other objects are never stored: a checkpoint holds
-data, never code.
+``{"$dtype": "bfloat16"}``.  Ints of up to ``PLAIN_INT_BITS`` bits are JSON numbers; bigger ones
+are ``{"$int": "0x..."}`` (``hex(x)``): Python limits int <-> decimal str conversions (4300
+digits by default, at least 640 whatever the setting), hexadecimal is not limited, so ints of
+any size are stored and every Python reads them back.  Functions and other objects are never
+stored: a checkpoint holds data, never code.
 
 Classes (namedtuples, struct sequences, dataclass nodes such as spruce Modules) are stored as
 ``"module:qualname"`` and looked up on load under these rules: the module must already be
@@ -27,16 +30,46 @@ import numpy as np
 from ._dtypes import NPZ_NAMES, dtype_of, name_of
 
 MAX_VALUE_DEPTH: Final = 64
+# 2**2048 has 617 decimal digits, below the smallest int-str limit Python allows (640).
+PLAIN_INT_BITS: Final = 2048
 _IDENT: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HEX_INT: Final = re.compile(r"-?0x[0-9a-f]+")
 
 
 class NotData(Exception):
-    """Raised by encode_value for a value that is not plain data (the message says why)."""
+    """Raised by encode_value for a value that is not plain data.
+
+    Attributes:
+      what: the value, described without its repr (``'the function relu (custom_jvp)'``,
+        ``'a mypkg.Thing'``).
+      why: why it is refused (``'code, not data'``).
+    """
+
+    def __init__(self, what: str, why: str) -> None:
+        self.what = what
+        self.why = why
+        super().__init__(f"{what} is {why}")
 
 
 def _type_name(x: Any) -> str:
     t = type(x)
     return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def describe_code(x: Any) -> str:
+    """A callable described by its name and type, never its repr (which may be long and end
+    in a memory address): ``'the function relu (custom_jvp)'``, ``'the class Linear'``."""
+    if isinstance(x, type):
+        return f"the class {x.__qualname__}"
+    name = getattr(x, "__qualname__", None)
+    if not isinstance(name, str):
+        name = getattr(x, "__name__", None)
+    kind = type(x).__name__
+    if not isinstance(name, str) or not name:
+        return f"a callable {kind} object"
+    if len(name) > 80:
+        name = name[:77] + "..."
+    return f"the function {name}" if kind == "function" else f"the function {name} ({kind})"
 
 
 def encode_value(x: Any, depth: int = 0) -> Any:
@@ -46,10 +79,12 @@ def encode_value(x: Any, depth: int = 0) -> Any:
       NotData: ``x`` (or something inside it) is not plain data, or is nested too deeply.
     """
     if depth > MAX_VALUE_DEPTH:
-        raise NotData(f"a value nested more than {MAX_VALUE_DEPTH} levels deep (or a cycle)")
+        raise NotData("a value", f"nested more than {MAX_VALUE_DEPTH} levels deep (or a cycle)")
     t = type(x)
-    if x is None or t is bool or t is int or t is str:
+    if x is None or t is bool or t is str:
         return x
+    if t is int:
+        return x if x.bit_length() <= PLAIN_INT_BITS else {"$int": hex(x)}
     if t is float:
         if math.isfinite(x):
             return x
@@ -64,10 +99,10 @@ def encode_value(x: Any, depth: int = 0) -> Any:
         name = name_of(x, NPZ_NAMES)
         if name is not None:
             return {"$dtype": name}
-        raise NotData(f"the NumPy dtype {x} is not one spruce.io stores")
+        raise NotData(f"the NumPy dtype {x}", "not one spruce.io stores")
     if callable(x):
-        raise NotData(f"a {_type_name(x)} ({x!r:.60}) is code, not data; checkpoints hold only data")
-    raise NotData(f"a {_type_name(x)} is not plain data (JSON-safe: None, bool, int, float, str, list, tuple, dict)")
+        raise NotData(describe_code(x), "code, not data; checkpoints hold only data")
+    raise NotData(f"a {_type_name(x)}", "not plain data (JSON-safe: None, bool, int, float, str, list, tuple, dict)")
 
 
 def decode_value(j: Any, depth: int = 0) -> Any:
@@ -89,6 +124,8 @@ def decode_value(j: Any, depth: int = 0) -> Any:
             return tuple([decode_value(v, depth + 1) for v in body])
         if tag == "$float" and body in ("nan", "inf", "-inf"):
             return float(body)
+        if tag == "$int" and type(body) is str and _HEX_INT.fullmatch(body):
+            return int(body, 16)
         if tag == "$dict" and type(body) is list:
             out: dict[Any, Any] = {}
             for item in body:
