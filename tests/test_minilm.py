@@ -84,6 +84,22 @@ def test_bad_inputs() -> None:
         minilm.encode(["ok"], batch_size=0)
 
 
+def test_lone_surrogate_is_refused_before_the_model_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A lone surrogate cannot be encoded as UTF-8; the tokenizer would raise an opaque
+    # "TextEncodeInput must be Union[...]" TypeError.  The check runs before the model loads.
+    def no_model() -> None:
+        raise AssertionError("the model was loaded for input that should have been refused")
+
+    monkeypatch.setattr(minilm, "_get_encoder", no_model)
+    with pytest.raises(ValueError, match=r"sentences\[0\] is not valid Unicode text: lone surrogate '\\ud800' at position 0"):
+        minilm.encode(["\ud800"])
+    with pytest.raises(ValueError, match=r"sentences\[1\] .* lone surrogate '\\udcff' at position 3"):
+        minilm.encode(["fine", "abc\udcff"])
+    with pytest.raises(TypeError, match=r"sentences\[1\] must be a str"):  # checked in order
+        minilm.encode(["ok", None, "\ud800"])  # type: ignore[list-item]
+    assert minilm.encode([]).shape == (0, 384)
+
+
 def test_one_compilation_per_bucket() -> None:
     texts = ["hi", "a sentence of about ten tokens, give or take one"]
     lengths = [len(minilm._get_encoder().tokenizer.encode(t).ids) for t in texts]

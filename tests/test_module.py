@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import time
 from functools import partial
 from typing import Any, Callable
 
@@ -390,6 +391,83 @@ def test_repr_options() -> None:
     assert spruce.pformat((1,)) == "(1,)"
     with pytest.raises(ValueError):
         spruce.pformat(box, max_depth=-1)
+
+
+class Chain(spruce.Module):
+    child: Any
+
+
+DEPTH_CUT = 100  # pformat's nesting limit when max_depth is None
+DEEP_KINDS: dict[str, tuple[Callable[[Any], Any], str, str, str]] = {
+    # wrap one level, its one-line opening, the cut-off marker, its one-line closing
+    "list": (lambda x: [x], "[", "[...]", "]"),
+    "dict": (lambda x: {"k": x}, "{'k': ", "{...}", "}"),
+    "tuple": (lambda x: (x,), "(", "(...)", ",)"),
+    "Module": (Chain, "Chain(child=", "Chain(...)", ")"),
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "depth"),
+    # (a million Modules take seconds to build; 100,000 show the same)
+    [(k, d) for k in DEEP_KINDS for d in (100_000, 1_000_000) if k != "Module" or d == 100_000],
+)
+def test_pformat_of_a_deep_tree_is_cut_at_100_levels(kind: str, depth: int) -> None:
+    # Every spruce.tree function handles 1,000,000 levels; pformat (and repr) must not raise
+    # RecursionError there either, and must stay fast and bounded: it prints 100 levels.
+    wrap, opening, marker, closing = DEEP_KINDS[kind]
+    tree: Any = []
+    for _ in range(depth):
+        tree = wrap(tree)
+    start = time.perf_counter()
+    text = spruce.pformat(tree)
+    assert time.perf_counter() - start < 1.0
+    assert spruce.pformat(tree, width=10**9) == opening * DEPTH_CUT + marker + closing * DEPTH_CUT
+    lines = text.split("\n")  # broken over one line per level: 100 openings, the marker, 100 closings
+    assert len(lines) == 2 * DEPTH_CUT + 1 and marker in lines[DEPTH_CUT]
+    assert spruce.pformat(tree, max_depth=3) == opening * 3 + marker + closing * 3
+    if kind == "Module":
+        assert repr(tree) == text
+
+
+def test_pformat_honours_a_max_depth_beyond_the_default_cut() -> None:
+    tree: Any = []
+    for _ in range(2_000):
+        tree = [tree]
+    assert spruce.pformat(tree, width=10**9, max_depth=1_500) == "[" * 1_500 + "[...]" + "]" * 1_500
+    assert spruce.pformat(tree, width=10**9, max_depth=5_000) == "[" * 2_001 + "]" * 2_001
+    broken = spruce.pformat(tree, max_depth=1_500)  # no RecursionError at any explicit depth
+    assert broken.count("\n") == 3_000
+
+
+def test_pformat_of_a_deep_tuple_dict_key() -> None:
+    # repr of a 100,000-deep tuple recurses; as a dict key it is printed by the same cut.
+    key: Any = ()
+    for _ in range(100_000):
+        key = (key,)
+    text = spruce.pformat({key: 1}, width=10**9)
+    assert text == "{" + "(" * (DEPTH_CUT - 1) + "(...)" + ",)" * (DEPTH_CUT - 1) + ": 1}"
+    assert spruce.pformat({(1, ("a", None)): 2}, max_depth=0) == "{...}"
+    assert spruce.pformat({(1, ("a", None)): 2}, max_depth=1) == "{(1, ('a', None)): 2}"  # keys not cut
+
+
+def test_pformat_of_cycles_is_finite() -> None:
+    # Python's repr prints a container inside itself as [...]; pformat prints <cycle>.
+    lst: list[Any] = [1]
+    lst.append(lst)
+    assert spruce.pformat(lst) == "[1, <cycle>]"
+    dct: dict[str, Any] = {"a": 1}
+    dct["self"] = dct
+    assert spruce.pformat(dct) == "{'a': 1, 'self': <cycle>}"
+    outer: list[Any] = []
+    outer.append({"inner": (outer, 2)})  # a cycle through a dict and a tuple
+    assert spruce.pformat(outer) == "[{'inner': (<cycle>, 2)}]"
+    assert spruce.pformat(outer, width=10) == "[\n  {\n    'inner': (\n      <cycle>,\n      2\n    )\n  }\n]"
+    module = Chain([])
+    module.child.append(module)
+    assert repr(module) == "Chain(child=[<cycle>])"
+    shared = [1]
+    assert spruce.pformat([shared, shared]) == "[[1], [1]]"  # shared, not a cycle
 
 
 def test_repr_under_jit_shows_tracer_shapes() -> None:

@@ -195,6 +195,17 @@ def _check_sentences(sentences: Iterable[str]) -> list[str]:
     for i, s in enumerate(items):
         if not isinstance(s, str):
             raise TypeError(f"encode: sentences[{i}] must be a str, got {type(s).__name__}")
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError as e:
+            # Only surrogate code points (U+D800..U+DFFF) fail: the tokenizer takes UTF-8 and
+            # would raise an opaque "TextEncodeInput must be Union[...]" TypeError.
+            raise ValueError(
+                f"encode: sentences[{i}] is not valid Unicode text: lone surrogate {s[e.start]!r} at "
+                f"position {e.start} (from a broken '\\ud800'-style escape or bytes decoded with "
+                f"errors='surrogateescape'); to replace it, pass "
+                f"s.encode('utf-8', 'replace').decode('utf-8')"
+            ) from None
     return items
 
 
@@ -216,8 +227,10 @@ def encode(sentences: Iterable[str], *, batch_size: int = _DEFAULT_BATCH_SIZE) -
       normalisation.  Matches PyTorch's results to about 1e-6.
 
     Raises:
-      TypeError if ``sentences`` is a str or holds a non-str; ValueError if ``batch_size`` is
-      not a positive int; ``load``'s errors on the first call.
+      TypeError if ``sentences`` is a str or holds a non-str; ValueError if a sentence is not
+      valid Unicode text (holds a lone surrogate, which UTF-8 cannot encode) or ``batch_size``
+      is not a positive int; ``load``'s errors on the first call.  All are checked before the
+      model is loaded or run.
 
     The first call loads the model (about a second) and each new (batch, length) bucket
     compiles once (about a second); later calls only run the model.
