@@ -15,6 +15,7 @@ interpreter, for tests where a crash must fail the test instead of killing pytes
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import operator
@@ -22,6 +23,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections import OrderedDict, defaultdict, deque, namedtuple
 from typing import Any, Callable, NamedTuple
@@ -564,3 +566,23 @@ __all__ = [
     "run_python",
     "same_leaf",
 ]
+
+
+@contextlib.contextmanager
+def fifo(p: str) -> Any:
+    """A named pipe at ``p``.  Should a reader block opening it (the bug this guards against),
+    a timer opens the write end after 10 s, so the test fails instead of hanging."""
+    os.mkfifo(p)
+
+    def unblock() -> None:
+        try:
+            os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+
+    timer = threading.Timer(10, unblock)
+    timer.start()
+    try:
+        yield p
+    finally:
+        timer.cancel()

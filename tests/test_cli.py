@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
-import threading
 import time
 import types
 from typing import Any
 
 import numpy as np
 import pytest
-from helpers import SRC_DIR
+from helpers import SRC_DIR, fifo
 
 import spruce.io as sio
 from spruce.cli import main
@@ -180,26 +178,6 @@ def test_errors_are_one_line(tmp_path: Any, capsys: Any) -> None:
     code, _, err = run(capsys, "inspect", str(tmp_path))
     assert code == 2
     assert_one_error_line(err, "Is a directory")
-
-
-@contextlib.contextmanager
-def fifo(p: str) -> Any:
-    """A named pipe; should the command block opening it, a timer opens the write end after
-    10 s, so the test fails instead of hanging."""
-    os.mkfifo(p)
-
-    def unblock() -> None:
-        try:
-            os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:
-            pass
-
-    timer = threading.Timer(10, unblock)
-    timer.start()
-    try:
-        yield p
-    finally:
-        timer.cancel()
 
 
 def test_special_files_are_one_line_errors_naming_the_file(tmp_path: Any, capsys: Any) -> None:

@@ -22,7 +22,6 @@ import struct
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import tracemalloc
 import zipfile
@@ -34,7 +33,7 @@ import hypothesis.strategies as hs
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import CASES, SRC_DIR
+from helpers import CASES, SRC_DIR, fifo
 
 import spruce
 import spruce.io as sio
@@ -72,26 +71,6 @@ def read_bytes(p: str) -> bytes:
 def write_bytes(p: str, data: bytes) -> None:
     with open(p, "wb") as f:
         f.write(data)
-
-
-@contextlib.contextmanager
-def fifo(p: str) -> Any:
-    """A named pipe at ``p``.  Should a reader block opening it (the bug this guards against),
-    a timer opens the write end after 10 s, so the test fails instead of hanging."""
-    os.mkfifo(p)
-
-    def unblock() -> None:
-        try:
-            os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:
-            pass
-
-    timer = threading.Timer(10, unblock)
-    timer.start()
-    try:
-        yield p
-    finally:
-        timer.cancel()
 
 
 @contextlib.contextmanager
