@@ -195,15 +195,29 @@ def cycle_error(nodes: list[Any], positions: list[int], none_is_leaf: bool) -> V
 
 
 # ---------------------------------------------------------------------------------------------
-# Depth: walkers are iterative, so depth never touches the C stack.  Below DEEP levels a walk
-# does nothing else about depth.  From DEEP on, each time the depth reaches a power of two the
-# walker marks the node entered there, and compares every node it enters below it with the
-# mark (Brent's cycle detection on the root-to-node path): a container that contains itself
-# with period L is caught within about 2·max(L, depth where the cycle starts) levels, at the
-# cost of one identity comparison per level.  The mark is dropped when the walk climbs above
-# it, so a subtree shared by two branches is never mistaken for a cycle.
+# Depth.  The first DEEP levels of a walk are walked by recursion, which is the cheapest walk
+# (no frame stack to grow and pop); past DEEP a walk carries on iteratively with an explicit
+# frame stack, so depth costs heap, never C stack.  Compiled, DEEP is 1024: a recursive level
+# takes at most about 300 bytes of C stack (the walkers' frames, measured with objdump), so a
+# walk never holds more than about 300 KiB of it, the same order as optree's C++ recursion
+# (which refuses trees deeper than 1,000 levels) and well inside the smallest default thread
+# stack of the platforms CPython supports (512 KiB).  Uncompiled, each level is a Python
+# frame counted against sys.getrecursionlimit(), so DEEP stays at 16.
+#
+# Below DEEP levels a walk does nothing else about depth.  From DEEP on, each time the depth
+# reaches a power of two the walker marks the node entered there, and compares every node it
+# enters below it with the mark (Brent's cycle detection on the root-to-node path): a container
+# that contains itself with period L is caught within about 2·max(L, DEEP) levels, at the cost
+# of one identity comparison per level.  The mark is dropped when the walk climbs above it, so
+# a subtree shared by two branches is never mistaken for a cycle.
 
-DEEP: Final = 16
+
+def _probe() -> None:
+    """Compiled by mypyc or not: a compiled function has no ``__code__``."""
+
+
+COMPILED: Final = not hasattr(_probe, "__code__")
+DEEP: Final = 1024 if COMPILED else 16  # a power of two (see above)
 MAX_DEPTH: Final = 1 << 21  # 2,097,152 levels: a 1,000,000-deep list still flattens
 
 

@@ -231,6 +231,11 @@ class DictData:
     factory: Any
     template: dict[Any, Any] | None  # dict.fromkeys(order), made when rebuilt a second time
     built: bool  # rebuilt once already (so a template pays off)
+    # Set on the shared DictData of a dict shape (see ``dict_data``): the keys in insertion
+    # order, and the insertion position of each sorted key (None when the orders agree).
+    shape: tuple[Any, ...] | None
+    perm: list[int] | None
+    entries: list[Any] | None  # the DictKey entries of ``keys``, made when first asked for
 
     def __init__(self, keys: list[Any], order: list[Any] | None, factory: Any) -> None:
         self.keys = keys
@@ -238,6 +243,9 @@ class DictData:
         self.factory = factory
         self.template = None
         self.built = False
+        self.shape = None
+        self.perm = None
+        self.entries = None
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DictData):
@@ -676,9 +684,44 @@ def is_tree_node(typ: Any) -> bool:
 EMPTY: Final[list[Any]] = []
 _ABSENT: Final = object()
 
+# Dict shapes.  A plain dict's node data depends only on its keys in insertion order, and a
+# model repeats the same few dicts (one {'W', 'b'} per layer), so ``dict_data`` makes it once per
+# shape and shares it: a dict seen before costs no sort, no per-key lookup and no allocation
+# beyond its children list, and PyTreeDefs holding it compare those nodes by identity.  Only
+# dicts whose keys are all exactly str are shared (equal str keys are interchangeable; 1, 1.0 and
+# True are equal keys but not the same key), up to MAX_SHAPE_KEYS keys and MAX_SHAPES shapes,
+# so a stream of new key sets cannot grow the table without bound.
+_SHAPES: Final[dict[tuple[Any, ...], DictData]] = {}
+MAX_SHAPE_KEYS: Final = 64
+MAX_SHAPES: Final = 4096
+
 
 def dict_data(d: dict[Any, Any], factory: Any) -> tuple[DictData, list[Any]]:
     """Node data and children (in sorted key order) of a dict or defaultdict."""
+    if factory is None and len(d) <= MAX_SHAPE_KEYS:
+        shape = tuple(d)
+        for k in shape:
+            if type(k) is not str:
+                return _dict_data(d, factory)
+        dd = _SHAPES.get(shape)
+        if dd is None:
+            dd = _dict_data(d, None)[0]
+            order = dd.order
+            if order is not None:
+                at = {k: i for i, k in enumerate(order)}
+                dd.perm = [at[k] for k in dd.keys]
+            dd.shape = shape
+            if len(_SHAPES) < MAX_SHAPES:
+                _SHAPES[shape] = dd
+        values = list(d.values())
+        perm = dd.perm
+        if perm is None:
+            return dd, values
+        return dd, [values[i] for i in perm]
+    return _dict_data(d, factory)
+
+
+def _dict_data(d: dict[Any, Any], factory: Any) -> tuple[DictData, list[Any]]:
     order = list(d.keys())
     keys = order[:]
     try:
@@ -744,13 +787,20 @@ def expand_registered(x: Any, info: NodeInfo) -> tuple[int, Any, list[Any]]:
 
 
 def child_keys(x: Any, code: int, data: Any, n: int) -> list[Any]:
-    """The key entries of the ``n`` children of node ``x`` (not for CUSTOM nodes)."""
+    """The key entries of the ``n`` children of node ``x`` (not for CUSTOM nodes).
+
+    The list may be shared with other nodes: callers never mutate it.
+    """
     kind = code & MASK
     if kind == TUPLE or kind == LIST or kind == DEQUE:
         return sequence_keys(n)
     if kind == DICT or kind == ORDEREDDICT or kind == DEFAULTDICT:
         assert isinstance(data, DictData)
-        return dict_keys(data.keys)
+        entries = data.entries
+        if entries is None:
+            entries = dict_keys(data.keys)
+            data.entries = entries
+        return entries
     if kind == NAMEDTUPLE:
         return [GetAttrKey(f) for f in data._fields]
     if kind == STRUCTSEQ:
@@ -773,10 +823,15 @@ def expand_with_keys(x: Any, none_is_leaf: bool) -> tuple[int, Any, list[Any], l
         info = _cache.get(t)
         if info is None:
             info = lookup(t)
-        if info.kind == CUSTOM:
+        kind = info.kind
+        if kind == LEAF:
+            return LEAF, None, EMPTY, EMPTY
+        if kind == CUSTOM:
             ch, keys, aux = info.flatten_node_with_keys(x)
             return (len(ch) << SHIFT) | CUSTOM, CustomData(info, aux), ch, keys
-    code, data, ch = expand(x, none_is_leaf)
+        code, data, ch = expand_registered(x, info)
+    else:
+        code, data, ch = expand(x, none_is_leaf)
     if code == LEAF or not ch:
         return code, data, ch, EMPTY
     return code, data, ch, child_keys(x, code, data, len(ch))
@@ -804,6 +859,14 @@ def match_children(code: int, data: Any, y: Any, none_is_leaf: bool) -> list[Any
     if kind == DICT:
         if t is dict and len(y) == n:
             yd: dict[Any, Any] = y
+            dd: DictData = data
+            shape = dd.shape
+            if shape is not None and tuple(yd) == shape:
+                # Same keys in the same insertion order (as equal as ``get`` would find them):
+                # the values come out by position, without a lookup per key.
+                values = list(yd.values())
+                perm = dd.perm
+                return values if perm is None else [values[i] for i in perm]
             out: list[Any] = []
             for k in data.keys:
                 v = yd.get(k, _ABSENT)

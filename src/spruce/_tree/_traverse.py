@@ -11,12 +11,17 @@ itself is ``st_seq[i][st_pos[i] - 1]`` (``nodes_of``) and need not be stacked.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ._errors import DEEP, changed_size, check_depth, cycle_error, mismatch_error, nodes_of
-from ._keys import keystr  # noqa: F401  (used by the map_with_path doctest)
-from ._registry import LEAF, SHIFT, build, expand, expand_with_keys, match_children
+from ._keys import SEQUENCE_KEYS, keystr, sequence_keys  # noqa: F401  (keystr: map_with_path doctest)
+from ._registry import LEAF, LIST, SHIFT, TUPLE, build, expand, expand_with_keys, match_children
 from ._treedef import PyTreeDef
+
+if TYPE_CHECKING:
+    # Native 64-bit ints for positions and depths under mypyc (no tagged-int checks); plain
+    # ints when the source runs uncompiled (annotations are never evaluated).
+    from mypy_extensions import i64
 
 IsLeaf = Callable[[Any], Any] | None
 
@@ -76,7 +81,7 @@ def _flatten_rec(
     leaves: list[Any],
     codes: list[int],
     data: list[Any],
-    depth: int,
+    depth: i64,
     leaf_type: object,
 ) -> object:
     """Flatten the items of ``seq`` (a frame at ``depth``) by recursion, the fast path for the
@@ -85,8 +90,8 @@ def _flatten_rec(
     Returns the leaf type to remember, or a ``_Handoff`` when a node at depth DEEP was reached
     (its frames are pushed by every level on the way back up).
     """
-    n = len(seq)
-    pos = 0
+    n: i64 = len(seq)
+    pos: i64 = 0
     while pos < n:
         if pos >= len(seq):
             raise changed_size(seq, n)
@@ -101,15 +106,20 @@ def _flatten_rec(
             leaves.append(x)
             codes.append(LEAF)
             continue
-        code, d, ch = expand(x, none_is_leaf)
-        if code == LEAF:
-            leaf_type = t
-            leaves.append(x)
-            codes.append(LEAF)
-            continue
+        d: Any = None
+        if t is list:  # the commonest node, taken apart here rather than by ``expand``
+            ch: list[Any] = x
+            code = (len(ch) << SHIFT) | LIST
+        else:
+            code, d, ch = expand(x, none_is_leaf)
+            if code == LEAF:
+                leaf_type = t
+                leaves.append(x)
+                codes.append(LEAF)
+                continue
         codes.append(code)
         data.append(d)
-        if code >> SHIFT == 0:
+        if not ch:
             continue
         if depth + 1 >= DEEP:
             h = _Handoff(x, ch, leaf_type)
@@ -138,11 +148,11 @@ def flatten_into(
 
 
 def _leaves_rec(
-    seq: list[Any], is_leaf: IsLeaf, none_is_leaf: bool, leaves: list[Any], depth: int, leaf_type: object
+    seq: list[Any], is_leaf: IsLeaf, none_is_leaf: bool, leaves: list[Any], depth: i64, leaf_type: object
 ) -> object:
     """``_flatten_rec`` without the node table, for ``leaves``."""
-    n = len(seq)
-    pos = 0
+    n: i64 = len(seq)
+    pos: i64 = 0
     while pos < n:
         if pos >= len(seq):
             raise changed_size(seq, n)
@@ -155,12 +165,15 @@ def _leaves_rec(
         if t is leaf_type:
             leaves.append(x)
             continue
-        code, d, ch = expand(x, none_is_leaf)
-        if code == LEAF:
-            leaf_type = t
-            leaves.append(x)
-            continue
-        if code >> SHIFT == 0:
+        if t is list:
+            ch: list[Any] = x
+        else:
+            code, d, ch = expand(x, none_is_leaf)
+            if code == LEAF:
+                leaf_type = t
+                leaves.append(x)
+                continue
+        if not ch:
             continue
         if depth + 1 >= DEEP:
             h = _Handoff(x, ch, leaf_type)
@@ -368,13 +381,18 @@ def _fwp_rec(
     out: list[tuple[tuple[Any, ...], Any]],
     codes: list[int],
     data: list[Any],
-    depth: int,
-) -> _Handoff | None:
+    depth: i64,
+    leaf_type: object,
+) -> object:
     """``flatten_with_path`` of the items of ``seq`` (keys ``keys``) by recursion for the first
     DEEP levels, as ``_flatten_rec``; ``kstack`` holds the keys of the nodes entered below the
-    root.  Returns None, or a ``_Handoff`` (its ``other_children`` are the next keys)."""
-    n = len(seq)
-    pos = 0
+    root.  Returns the leaf type, or a ``_Handoff`` (its ``other_children`` are the next keys).
+
+    ``keys`` may be longer than ``seq`` (the shared SequenceKey list): only ``keys[pos]`` for
+    a position of ``seq`` is read.
+    """
+    n: i64 = len(seq)
+    pos: i64 = 0
     below_root = depth > 0
     while pos < n:
         if pos >= len(seq):
@@ -386,31 +404,48 @@ def _fwp_rec(
             out.append((_leaf_path(kstack, k, below_root), x))
             codes.append(LEAF)
             continue
-        code, d, ch, ckeys = expand_with_keys(x, none_is_leaf)
-        if code == LEAF:
+        t = type(x)
+        if t is leaf_type:
             out.append((_leaf_path(kstack, k, below_root), x))
             codes.append(LEAF)
             continue
+        d: Any = None
+        if t is list or t is tuple:
+            if t is list:
+                ch: list[Any] = x
+                code = (len(ch) << SHIFT) | LIST
+            else:
+                ch = list(x)
+                code = (len(ch) << SHIFT) | TUPLE
+            ckeys = SEQUENCE_KEYS if len(ch) <= len(SEQUENCE_KEYS) else sequence_keys(len(ch))
+        else:
+            code, d, ch, ckeys = expand_with_keys(x, none_is_leaf)
+            if code == LEAF:
+                leaf_type = t
+                out.append((_leaf_path(kstack, k, below_root), x))
+                codes.append(LEAF)
+                continue
         codes.append(code)
         data.append(d)
-        if code >> SHIFT == 0:
+        if not ch:
             continue
         if below_root:
             kstack.append(k)
         if depth + 1 >= DEEP:
-            h = _Handoff(x, ch, None)
+            h = _Handoff(x, ch, leaf_type)
             h.other_children = ckeys
             h.push(seq, pos, n)
             h.oseqs.append(keys)
             return h
-        r = _fwp_rec(ch, ckeys, kstack, is_leaf, none_is_leaf, out, codes, data, depth + 1)
-        if r is not None:
+        r = _fwp_rec(ch, ckeys, kstack, is_leaf, none_is_leaf, out, codes, data, depth + 1, leaf_type)
+        if isinstance(r, _Handoff):
             r.push(seq, pos, n)
             r.oseqs.append(keys)
             return r
+        leaf_type = r
         if below_root:
             kstack.pop()
-    return None
+    return leaf_type
 
 
 def flatten_with_path(
@@ -432,8 +467,8 @@ def flatten_with_path(
     # Keys of the nodes entered below the root; a leaf's path is built from it only at the
     # leaf, so deep trees cost O(depth) per leaf, never O(depth) per node kept alive.
     kstack: list[Any] = []
-    r = _fwp_rec([tree], [None], kstack, is_leaf, none_is_leaf, out, codes, data, 0)
-    if r is None:
+    r = _fwp_rec([tree], [None], kstack, is_leaf, none_is_leaf, out, codes, data, 0, None)
+    if not isinstance(r, _Handoff):
         return out, PyTreeDef(codes, data, len(out), none_is_leaf)
     # Deeper than DEEP: carry on iteratively from where the recursion stopped.
     r.reverse()
@@ -557,13 +592,13 @@ def _map1_rec(
     outs: list[Any],
     is_leaf: IsLeaf,
     none_is_leaf: bool,
-    depth: int,
+    depth: i64,
     leaf_type: object,
 ) -> object:
     """One-tree map of the items of ``seq`` (a frame at ``depth``) into ``outs``, by recursion
     for the first DEEP levels (as ``_flatten_rec``; returns the leaf type or a ``_Handoff``)."""
-    n = len(seq)
-    pos = 0
+    n: i64 = len(seq)
+    pos: i64 = 0
     while pos < n:
         if pos >= len(seq):
             raise changed_size(seq, n)
@@ -576,12 +611,17 @@ def _map1_rec(
         if t is leaf_type:
             outs.append(f(x))
             continue
-        code, d, ch = expand(x, none_is_leaf)
-        if code == LEAF:
-            leaf_type = t
-            outs.append(f(x))
-            continue
-        if code >> SHIFT == 0:
+        d: Any = None
+        if t is list:
+            ch: list[Any] = x
+            code = (len(ch) << SHIFT) | LIST
+        else:
+            code, d, ch = expand(x, none_is_leaf)
+            if code == LEAF:
+                leaf_type = t
+                outs.append(f(x))
+                continue
+        if not ch:
             outs.append(build(code, d, []))
             continue
         if depth + 1 >= DEEP:
@@ -678,16 +718,22 @@ def _map2_rec(
     outs: list[Any],
     is_leaf: IsLeaf,
     none_is_leaf: bool,
-    depth: int,
+    depth: i64,
     leaf_type: object,
 ) -> object:
     """Two-tree map of the items of ``seq`` and ``oseq`` into ``outs``, by recursion for the
-    first DEEP levels; a mismatch returns an ``error`` handoff whose frames name its path."""
-    n = len(seq)
-    pos = 0
+    first DEEP levels; a mismatch returns an ``error`` handoff whose frames name its path.
+
+    ``oseq`` may be a list of the second tree itself (not a copy), so its length is checked
+    as ``seq``'s is.
+    """
+    n: i64 = len(seq)
+    pos: i64 = 0
     while pos < n:
         if pos >= len(seq):
             raise changed_size(seq, n)
+        if pos >= len(oseq):
+            raise changed_size(oseq, n)
         x = seq[pos]
         y = oseq[pos]
         pos += 1
@@ -698,12 +744,19 @@ def _map2_rec(
         if t is leaf_type:
             outs.append(f(x, y))
             continue
-        code, d, ch = expand(x, none_is_leaf)
-        if code == LEAF:
-            leaf_type = t
-            outs.append(f(x, y))
-            continue
-        ych = match_children(code, d, y, none_is_leaf)
+        d: Any = None
+        ych: list[Any] | None
+        if t is list:
+            ch: list[Any] = x
+            code = (len(ch) << SHIFT) | LIST
+            ych = y if type(y) is list and len(y) == len(ch) else None
+        else:
+            code, d, ch = expand(x, none_is_leaf)
+            if code == LEAF:
+                leaf_type = t
+                outs.append(f(x, y))
+                continue
+            ych = match_children(code, d, y, none_is_leaf)
         if ych is None:
             h = _Handoff(x, ch, leaf_type)
             h.error = True
@@ -712,7 +765,7 @@ def _map2_rec(
             h.data = d
             h.other = y
             return h
-        if code >> SHIFT == 0:
+        if not ch:
             outs.append(build(code, d, []))
             continue
         if depth + 1 >= DEEP:
@@ -771,6 +824,8 @@ def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is
         if pos < n:
             if pos >= len(seq):
                 raise changed_size(seq, n)
+            if pos >= len(oseq):
+                raise changed_size(oseq, n)
             x = seq[pos]
             y = oseq[pos]
             pos += 1

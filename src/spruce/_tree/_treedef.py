@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict, defaultdict, deque
-from typing import Any, Final, Iterable
+from typing import TYPE_CHECKING, Any, Final, Iterable
 
 from ._errors import DEEP, changed_size, mismatch_detail, nodes_of, path_of, path_text, short_repr
 from ._registry import (
@@ -41,6 +41,9 @@ from ._registry import (
     sorted_keys,
     structseq_fields,
 )
+
+if TYPE_CHECKING:
+    from mypy_extensions import i64  # native ints when compiled (see _traverse)
 
 _STATE_VERSION: Final = 1
 _MAX_SIZE: Final = (1 << 62)
@@ -417,8 +420,8 @@ def unflatten_table(codes: list[int], data: list[Any], leafy: list[bool], leaves
 
 
 def _unflatten_rec(
-    codes: list[int], data: list[Any], leafy: list[bool], leaves: list[Any], i: int, li: int, di: int, depth: int
-) -> tuple[Any, int, int, int]:
+    codes: list[int], data: list[Any], leafy: list[bool], leaves: list[Any], i: i64, li: i64, di: i64, depth: i64
+) -> tuple[Any, i64, i64, i64]:
     """Build the node at ``codes[i]`` (node data ``data[di]``, first leaf ``leaves[li]``) by
     recursion, the fast path for the first DEEP levels; deeper subtrees are built by the
     iterative ``_unflatten_iter``.  Returns the node and the indices just past it.
