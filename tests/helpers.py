@@ -30,6 +30,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+import spruce
 import spruce.tree as st
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
@@ -530,10 +531,13 @@ def follow(tree: Any, path: tuple[Any, ...]) -> Any:
 
 
 def run_python(code: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter with ``src`` on the path (a crash cannot take pytest
-    down with it).  Returns the completed process; the caller asserts on it."""
+    """Run ``code`` in a fresh interpreter (a crash cannot take pytest down with it), importing
+    the same spruce build as this process: ``src`` when the tests run on the uncompiled source,
+    the installed package when they run on the compiled one.  Returns the completed process;
+    the caller asserts on it."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = SRC_DIR + os.pathsep + env.get("PYTHONPATH", "")
+    if os.path.dirname(os.path.dirname(os.path.abspath(spruce.__file__))) == SRC_DIR:
+        env["PYTHONPATH"] = SRC_DIR + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("PYTHONFAULTHANDLER", None)
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
