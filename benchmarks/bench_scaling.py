@@ -95,7 +95,8 @@ class ScalingResult:
 
 
 def spruce_deep_threshold() -> int | None:
-    """spruce's depth past which walks start cycle detection (``_errors.DEEP``), if exposed.
+    """spruce's depth past which walks switch from recursion to an explicit stack with cycle
+    detection (``_errors.DEEP``), if exposed.
 
     The chain is also timed at this depth and one level less, to show the cost of the guard.
     """
@@ -157,8 +158,9 @@ def run_scaling(sizes: list[int], depths: list[int], with_jax: bool, rounds: int
     if deep is not None and depths[0] < deep <= depths[-1]:
         depths = sorted(set(depths) | {deep - 1, deep})
         res.notes.append(
-            f"spruce starts cycle detection once a walk is deeper than {deep:,} levels (`spruce._tree._errors.DEEP`); "
-            f"the chain is timed at depths {deep - 1:,} and {deep:,} to show what that costs per level."
+            f"spruce walks the first {deep:,} levels by recursion and deeper levels with an explicit frame stack and "
+            f"cycle detection (`spruce._tree._errors.DEEP`); the chain is timed at depths {deep - 1:,} and {deep:,} "
+            "to show what the switch costs per level."
         )
     jax_depths: list[int] = []
     if with_jax:

@@ -326,3 +326,81 @@ def test_cycles_raise_naming_cycle_and_closing_path(case: str) -> None:
             # the path where the cycle first closes, not a path that went round it again
             assert path + path not in msg, (op, msg)
 
+
+
+
+THREAD_STACK_SCRIPT = """
+import json, threading
+import spruce.tree as st
+from spruce._tree import _errors
+
+def chain(depth, kind):
+    # returns the chain and its node at depth 1000 (where a nested walk starts)
+    t = 1.0
+    nodes = []
+    for i in range(depth):
+        t = [t] if kind == "list" else {"k": [t, None]}
+        nodes.append(t)
+    return t, nodes[depth - 1000]
+
+def walks(t, at_1000):
+    leaves, td = st.flatten(t)
+    same = lambda u: u is not t and st.flatten(u) == (leaves, td)  # == on the trees would recurse
+    yield "flatten", len(leaves)
+    yield "leaves", len(st.leaves(t))
+    yield "structure", st.structure(t) == td
+    yield "unflatten", same(st.unflatten(td, leaves))
+    yield "map", same(st.map(lambda x: x, t))
+    yield "map2", same(st.map(lambda x, y: x, t, t))
+    yield "map3", same(st.map(lambda x, y, z: x, t, t, t))
+    yield "flatten_with_path", len(st.flatten_with_path(t)[0][0][0])
+    # a callback that walks again, 1,000 levels down: the nested walk's stack adds to the outer's
+    seen = []
+    is_leaf = lambda x: x is at_1000 and seen.append(len(st.leaves(x))) and False
+    yield "nested", (len(st.leaves(t, is_leaf=is_leaf)), seen)
+
+def run(stack_kib, nested):
+    threading.stack_size(stack_kib * 1024)
+    out = []
+    def body():
+        for kind in ("list", "dict"):
+            t, at_1000 = chain(3000, kind)
+            for name, value in walks(t, at_1000):
+                if (name == "nested") == nested:
+                    out.append([kind, name, value])
+    th = threading.Thread(target=body)
+    th.start()
+    th.join()
+    return out
+
+print(json.dumps({"deep": _errors.DEEP, "compiled": _errors.COMPILED,
+                  "single": run(512, False), "nested": run(1024, True)}))
+"""
+
+
+def test_deep_walks_fit_in_small_thread_stacks() -> None:
+    # The first DEEP levels of a walk are C recursion in the compiled build (see _errors.DEEP):
+    # any single walk must fit in a 512 KiB thread stack, and a walk started by a callback of
+    # another walk in 1 MiB (CPython's own thread stacks are larger).  A C stack overflow kills
+    # the interpreter, so this runs in a fresh one.
+    proc = run_python(THREAD_STACK_SCRIPT, timeout=600)
+    assert proc.returncode == 0, f"interpreter died (rc={proc.returncode}): {proc.stderr[-2000:]}"
+    got = json.loads(proc.stdout)
+    assert got["compiled"] == (not hasattr(st.flatten, "__code__"))
+    assert got["deep"] == (1024 if got["compiled"] else 16)
+    path_len = {"list": 3000, "dict": 6000}
+    assert got["single"] == [
+        [kind, name, value]
+        for kind in ("list", "dict")
+        for name, value in [
+            ("flatten", 1),
+            ("leaves", 1),
+            ("structure", True),
+            ("unflatten", True),
+            ("map", True),
+            ("map2", True),
+            ("map3", True),
+            ("flatten_with_path", path_len[kind]),
+        ]
+    ]
+    assert got["nested"] == [["list", "nested", [1, [1]]], ["dict", "nested", [1, [1]]]]

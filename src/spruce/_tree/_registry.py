@@ -231,9 +231,9 @@ class DictData:
     factory: Any
     template: dict[Any, Any] | None  # dict.fromkeys(order), made when rebuilt a second time
     built: bool  # rebuilt once already (so a template pays off)
-    # Set on the shared DictData of a dict shape (see ``dict_data``): the keys in insertion
-    # order, and the insertion position of each sorted key (None when the orders agree).
-    shape: tuple[Any, ...] | None
+    # Set on the shared DictData of a dict shape (see ``dict_data``): shared (so every key is
+    # a str), and the insertion position of each sorted key (None when the orders agree).
+    shared: bool
     perm: list[int] | None
     entries: list[Any] | None  # the DictKey entries of ``keys``, made when first asked for
 
@@ -243,7 +243,7 @@ class DictData:
         self.factory = factory
         self.template = None
         self.built = False
-        self.shape = None
+        self.shared = False
         self.perm = None
         self.entries = None
 
@@ -698,19 +698,19 @@ MAX_SHAPES: Final = 4096
 
 def dict_data(d: dict[Any, Any], factory: Any) -> tuple[DictData, list[Any]]:
     """Node data and children (in sorted key order) of a dict or defaultdict."""
-    if factory is None and len(d) <= MAX_SHAPE_KEYS:
-        shape = tuple(d)
-        for k in shape:
+    order = list(d.keys())
+    if factory is None and len(order) <= MAX_SHAPE_KEYS:
+        for k in order:
             if type(k) is not str:
-                return _dict_data(d, factory)
+                return _dict_data(d, order, factory)
+        shape = tuple(order)
         dd = _SHAPES.get(shape)
         if dd is None:
-            dd = _dict_data(d, None)[0]
-            order = dd.order
-            if order is not None:
+            dd = _dict_data(d, order, None)[0]
+            if dd.order is not None:
                 at = {k: i for i, k in enumerate(order)}
                 dd.perm = [at[k] for k in dd.keys]
-            dd.shape = shape
+            dd.shared = True
             if len(_SHAPES) < MAX_SHAPES:
                 _SHAPES[shape] = dd
         values = list(d.values())
@@ -718,11 +718,11 @@ def dict_data(d: dict[Any, Any], factory: Any) -> tuple[DictData, list[Any]]:
         if perm is None:
             return dd, values
         return dd, [values[i] for i in perm]
-    return _dict_data(d, factory)
+    return _dict_data(d, order, factory)
 
 
-def _dict_data(d: dict[Any, Any], factory: Any) -> tuple[DictData, list[Any]]:
-    order = list(d.keys())
+def _dict_data(d: dict[Any, Any], order: list[Any], factory: Any) -> tuple[DictData, list[Any]]:
+    """``dict_data`` without sharing: ``order`` is ``list(d.keys())``, kept by the DictData."""
     keys = order[:]
     try:
         keys.sort()
@@ -860,8 +860,7 @@ def match_children(code: int, data: Any, y: Any, none_is_leaf: bool) -> list[Any
         if t is dict and len(y) == n:
             yd: dict[Any, Any] = y
             dd: DictData = data
-            shape = dd.shape
-            if shape is not None and tuple(yd) == shape:
+            if dd.shared and list(yd.keys()) == (dd.keys if dd.order is None else dd.order):
                 # Same keys in the same insertion order (as equal as ``get`` would find them):
                 # the values come out by position, without a lookup per key.
                 values = list(yd.values())

@@ -430,15 +430,17 @@ def _unflatten_rec(
     nd = data[di]
     i += 1
     di += 1
+    n: i64 = c >> SHIFT
     outs: list[Any] = []
-    for _ in range(c >> SHIFT):
+    j: i64 = 0
+    while j < n:  # an i64 counter: ``for _ in range(...)`` would box it
         c2 = codes[i]
         if c2 == LEAF:
             outs.append(leaves[li])
             li += 1
             i += 1
         elif leafy[di]:
-            arity = c2 >> SHIFT
+            arity: i64 = c2 >> SHIFT
             outs.append(build(c2, data[di], leaves[li : li + arity]))
             li += arity
             i += 1 + arity
@@ -449,6 +451,7 @@ def _unflatten_rec(
         else:
             obj, i, li, di = _unflatten_rec(codes, data, leafy, leaves, i, li, di, depth + 1)
             outs.append(obj)
+        j += 1
     return build(c, nd, outs), i, li, di
 
 
