@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict, defaultdict, deque
 from typing import TYPE_CHECKING, Any, Final, Iterable
 
-from ._errors import DEEP, changed_size, mismatch_detail, nodes_of, path_of, path_text, short_repr
+from ._errors import changed_size, mismatch_detail, nodes_of, path_of, path_text, short_repr
 from ._registry import (
     CUSTOM,
     DEFAULTDICT,
@@ -86,7 +86,6 @@ class PyTreeDef:
     _none_is_leaf: bool
     _hash: int
     _hashed: bool
-    _leafy: list[bool] | None  # see leafy_nodes; computed on first unflatten
 
     def __init__(self, codes: list[int], data: list[Any], num_leaves: int, none_is_leaf: bool) -> None:
         self._codes = codes
@@ -95,7 +94,6 @@ class PyTreeDef:
         self._none_is_leaf = none_is_leaf
         self._hash = 0
         self._hashed = False
-        self._leafy = None
 
     # -- sizes -----------------------------------------------------------------------------
 
@@ -143,11 +141,7 @@ class PyTreeDef:
                 f"unflatten: {few} leaves: the PyTreeDef has {self._num_leaves} leaves, but "
                 f"{given} (structure: {_clip(short_repr(self, 200), 200)})"
             )
-        leafy = self._leafy
-        if leafy is None:
-            leafy = leafy_nodes(self._codes)
-            self._leafy = leafy
-        return unflatten_table(self._codes, self._data, leafy, items)
+        return unflatten_table(self._codes, self._data, items)
 
     def flatten_up_to(self, tree: Any) -> list[Any]:
         """The subtrees of ``tree`` at the leaf positions of this structure, in leaf order.
@@ -383,122 +377,51 @@ def span(codes: list[int], i: int, di: int) -> tuple[int, int]:
 # Table walks.
 
 
-def leafy_nodes(codes: list[int]) -> list[bool]:
-    """For each non-leaf node (in data order): are all its children leaves?
+def unflatten_table(codes: list[int], data: list[Any], leaves: list[Any]) -> Any:
+    """Build the tree of a node table from exactly the right number of leaves.
 
-    Such a node's children are the next ``arity`` codes, so unflatten can take its leaves as
-    one slice instead of one at a time.
+    One backward pass over the table, children before parents, so any depth costs neither C
+    stack nor recursion.  Built nodes wait on a stack (the nearest one in pre-order on top); the
+    leaves met since the last node are not pushed but kept pending as the slice
+    ``leaves[lo:hi]``, so a node whose children are all leaves takes them as one slice, and
+    only leaves that belong to an ancestor are pushed, once each.
     """
-    out: list[bool] = []
-    ncodes = len(codes)
-    for i in range(ncodes):
+    stack: list[Any] = []
+    hi: i64 = len(leaves)
+    lo: i64 = hi
+    di: i64 = len(data)
+    i: i64 = len(codes) - 1
+    while i >= 0:
         c = codes[i]
+        i -= 1
         if c == LEAF:
+            lo -= 1
             continue
-        arity = c >> SHIFT
-        ok = i + arity < ncodes
-        if ok:
-            for j in range(i + 1, i + 1 + arity):
-                if codes[j] != LEAF:
-                    ok = False
-                    break
-        out.append(ok)
-    return out
-
-
-_ROOT_CODE: Final = (1 << SHIFT) | TUPLE  # the virtual parent of the root: one child
-
-
-def unflatten_table(codes: list[int], data: list[Any], leafy: list[bool], leaves: list[Any]) -> Any:
-    """Build the tree of a node table from exactly the right number of leaves."""
-    c = codes[0]
-    if c == LEAF:
-        return leaves[0]
-    if leafy[0]:
-        return build(c, data[0], leaves[:])
-    return _unflatten_rec(codes, data, leafy, leaves, 0, 0, 0, 1)[0]
-
-
-def _unflatten_rec(
-    codes: list[int], data: list[Any], leafy: list[bool], leaves: list[Any], i: i64, li: i64, di: i64, depth: i64
-) -> tuple[Any, i64, i64, i64]:
-    """Build the node at ``codes[i]`` (node data ``data[di]``, first leaf ``leaves[li]``) by
-    recursion, the fast path for the first DEEP levels; deeper subtrees are built by the
-    iterative ``_unflatten_iter``.  Returns the node and the indices just past it.
-    """
-    c = codes[i]
-    nd = data[di]
-    i += 1
-    di += 1
-    n: i64 = c >> SHIFT
-    outs: list[Any] = []
-    j: i64 = 0
-    while j < n:  # an i64 counter: ``for _ in range(...)`` would box it
-        c2 = codes[i]
-        if c2 == LEAF:
-            outs.append(leaves[li])
-            li += 1
-            i += 1
-        elif leafy[di]:
-            arity: i64 = c2 >> SHIFT
-            outs.append(build(c2, data[di], leaves[li : li + arity]))
-            li += arity
-            i += 1 + arity
-            di += 1
-        elif depth + 1 >= DEEP:
-            obj, i, li, di = _unflatten_iter(codes, data, leafy, leaves, i, li, di)
-            outs.append(obj)
+        di -= 1
+        k: i64 = c >> SHIFT
+        if k <= hi - lo:
+            ch = leaves[lo : lo + k]
+            # pending leaves after this node's own belong to an ancestor: they go under it
+            j: i64 = hi - 1
+            while j >= lo + k:
+                stack.append(leaves[j])
+                j -= 1
         else:
-            obj, i, li, di = _unflatten_rec(codes, data, leafy, leaves, i, li, di, depth + 1)
-            outs.append(obj)
-        j += 1
-    return build(c, nd, outs), i, li, di
-
-
-def _unflatten_iter(
-    codes: list[int], data: list[Any], leafy: list[bool], leaves: list[Any], i: int, li: int, di: int
-) -> tuple[Any, int, int, int]:
-    """As ``_unflatten_rec``, with an explicit stack instead of recursion (any depth)."""
-    st_code: list[int] = []
-    st_data: list[Any] = []
-    st_outs: list[list[Any]] = []
-    outs: list[Any] = []  # children built so far for the innermost open node
-    code = _ROOT_CODE
-    d: Any = None
-    ncodes = len(codes)
-    while i < ncodes:
-        c = codes[i]
-        if c == LEAF:
-            outs.append(leaves[li])
-            li += 1
-            i += 1
-        else:
-            nd = data[di]
-            arity = c >> SHIFT
-            if leafy[di]:
-                outs.append(build(c, nd, leaves[li : li + arity]))
-                li += arity
-                i += 1 + arity
-                di += 1
+            ch = leaves[lo:hi]
+            take: i64 = k - (hi - lo)
+            if take == 1:
+                ch.append(stack.pop())
             else:
-                di += 1
-                i += 1
-                st_code.append(code)
-                st_data.append(d)
-                st_outs.append(outs)
-                code = c
-                d = nd
-                outs = []
-                continue
-        while len(outs) == code >> SHIFT and st_outs:
-            obj = build(code, d, outs)
-            code = st_code.pop()
-            d = st_data.pop()
-            outs = st_outs.pop()
-            outs.append(obj)
-        if not st_outs:
-            break  # the one node under the virtual root is complete
-    return outs[0], i, li, di
+                m: i64 = len(stack) - take
+                rest = stack[m:]
+                del stack[m:]
+                rest.reverse()
+                ch.extend(rest)
+        hi = lo
+        stack.append(build(c, data[di], ch))
+    if hi > lo:  # the root is a leaf
+        return leaves[lo]
+    return stack[0]
 
 
 def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str) -> list[Any]:
