@@ -197,12 +197,15 @@ def cycle_error(nodes: list[Any], positions: list[int], none_is_leaf: bool) -> V
 # ---------------------------------------------------------------------------------------------
 # Depth.  The first DEEP levels of a walk are walked by recursion, which is the cheapest walk
 # (no frame stack to grow and pop); past DEEP a walk carries on iteratively with an explicit
-# frame stack, so depth costs heap, never C stack.  Compiled, DEEP is 1024: a recursive level
-# takes at most about 300 bytes of C stack (the walkers' frames, measured with objdump), so a
-# walk never holds more than about 300 KiB of it, the same order as optree's C++ recursion
-# (which refuses trees deeper than 1,000 levels) and well inside the smallest default thread
-# stack of the platforms CPython supports (512 KiB).  Uncompiled, each level is a Python
-# frame counted against sys.getrecursionlimit(), so DEEP stays at 16.
+# frame stack, so depth costs heap, never C stack.  (unflatten never recurses: it is one pass
+# over the node table.)  Compiled, DEEP is 1024, about the depth optree's C++ recursion allows
+# (1,000 levels, beyond which it refuses the tree).  A recursive level takes 200-300 bytes of C
+# stack, so one walk holds at most about 300 KiB of it: measured, a 3,000-deep walk runs in a
+# thread whose whole stack is 224 KiB (flatten) to 320 KiB (two-tree map).  A callback that
+# walks again adds its own walk on top.  tests/test_depth_cycles.py runs every walk in a
+# 512 KiB thread and a nested walk in a 1 MiB one; CPython's default thread stacks are larger
+# on the platforms it supports.  Uncompiled, each level is a Python frame counted against
+# sys.getrecursionlimit(), so DEEP stays at 16.
 #
 # Below DEEP levels a walk does nothing else about depth.  From DEEP on, each time the depth
 # reaches a power of two the walker marks the node entered there, and compares every node it

@@ -1,8 +1,10 @@
 """The walkers: flatten, flatten_with_path, map, map_with_path and the lazy leaf iterator.
 
-Each walker is one loop over an explicit frame stack (the children list being walked and the
-position in it), so depth costs heap, never C stack.  ``map`` is fused: it builds the output
-while it walks, without a PyTreeDef or a leaves list in between.
+Each walker recurses for the first DEEP levels (compiled, a direct C call per level: no frame
+stack to grow and pop) and hands deeper subtrees to a loop over an explicit frame stack (the
+children list being walked and the position in it), so past DEEP depth costs heap, never C
+stack; see ``_errors.DEEP``.  ``map`` is fused: it builds the output while it walks, without a
+PyTreeDef or a leaves list in between.
 
 Frame-stack convention shared with ``_errors``: ``st_seq[i]`` is the children list that held
 the node entered at depth i and ``st_pos[i]`` is one past that node's index in it, so the node

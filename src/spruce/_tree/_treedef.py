@@ -381,12 +381,14 @@ def unflatten_table(codes: list[int], data: list[Any], leaves: list[Any]) -> Any
     """Build the tree of a node table from exactly the right number of leaves.
 
     One backward pass over the table, children before parents, so any depth costs neither C
-    stack nor recursion.  Built nodes wait on a stack (the nearest one in pre-order on top); the
+    stack nor recursion.  Built nodes wait on a stack (the nearest one in pre-order on top; the
+    stack never shrinks, ``sp`` marks its top, so pushes and pops never reallocate it).  The
     leaves met since the last node are not pushed but kept pending as the slice
-    ``leaves[lo:hi]``, so a node whose children are all leaves takes them as one slice, and
-    only leaves that belong to an ancestor are pushed, once each.
+    ``leaves[lo:hi]``: a node whose children are all leaves takes them as one slice, and only
+    leaves that belong to an ancestor are pushed, once each.
     """
     stack: list[Any] = []
+    sp: i64 = 0
     hi: i64 = len(leaves)
     lo: i64 = hi
     di: i64 = len(data)
@@ -399,26 +401,41 @@ def unflatten_table(codes: list[int], data: list[Any], leaves: list[Any]) -> Any
             continue
         di -= 1
         k: i64 = c >> SHIFT
-        if k <= hi - lo:
+        pending: i64 = hi - lo
+        if k <= pending:
             ch = leaves[lo : lo + k]
             # pending leaves after this node's own belong to an ancestor: they go under it
             j: i64 = hi - 1
             while j >= lo + k:
-                stack.append(leaves[j])
+                if sp < len(stack):
+                    stack[sp] = leaves[j]
+                else:
+                    stack.append(leaves[j])
+                sp += 1
                 j -= 1
+        elif pending == 0:
+            m: i64 = sp - k
+            if k == 1:
+                ch = [stack[m]]
+            else:
+                ch = stack[m:sp]
+                ch.reverse()
+            sp = m
         else:
             ch = leaves[lo:hi]
-            take: i64 = k - (hi - lo)
-            if take == 1:
-                ch.append(stack.pop())
-            else:
-                m: i64 = len(stack) - take
-                rest = stack[m:]
-                del stack[m:]
-                rest.reverse()
-                ch.extend(rest)
+            m = sp - (k - pending)
+            j = sp - 1
+            while j >= m:
+                ch.append(stack[j])
+                j -= 1
+            sp = m
         hi = lo
-        stack.append(build(c, data[di], ch))
+        node = build(c, data[di], ch)
+        if sp < len(stack):
+            stack[sp] = node
+        else:
+            stack.append(node)
+        sp += 1
     if hi > lo:  # the root is a leaf
         return leaves[lo]
     return stack[0]
