@@ -112,3 +112,31 @@ def test_none_is_leaf_paths() -> None:
 def test_mixed_key_types_paths_use_dictkey() -> None:
     paths = {p for p, _ in st.leaves_with_path({1: "x", "a": "y", None: "z"})}
     assert paths == {(st.DictKey(1),), (st.DictKey("a"),), (st.DictKey(None),)}
+
+
+def test_sequence_key_entries_are_shared_and_right_after_concurrent_growth() -> None:
+    import threading
+
+    from spruce._tree import _keys
+
+    sizes = [1500, 5000, 3000, 70_000, 2048, 9999]
+    got: dict[int, list[object]] = {}
+
+    def grow(n: int) -> None:
+        got[n] = _keys.sequence_keys(n)
+
+    threads = [threading.Thread(target=grow, args=(n,)) for n in sizes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for n in sizes:
+        keys = got[n]
+        assert len(keys) == n
+        assert all(k.idx == i for i, k in enumerate(keys))
+    assert len(_keys.SEQUENCE_KEYS) == _keys._MAX_SEQUENCE_KEYS
+    assert all(k.idx == i for i, k in enumerate(_keys.SEQUENCE_KEYS))
+    # shared: a path through a long list reuses the cached entry
+    pairs = st.flatten_with_path([0] * 3000)[0]
+    assert pairs[2999][0][0] is _keys.SEQUENCE_KEYS[2999]
+    assert pairs[2999][0] == (st.SequenceKey(2999),)

@@ -6,6 +6,7 @@ follow jax.tree_util's (same names, fields, ``str`` and ``repr``), so paths prin
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Final
 
 
@@ -145,16 +146,29 @@ class FlattenedIndexKey:
 
 
 # Key entries are immutable, so the common small ones are shared instead of allocated per leaf.
+# SEQUENCE_KEYS starts with 1024 entries and grows (only ever by appending, under a lock, so
+# entry i is always SequenceKey(i)) to the longest sequence walked with paths, up to 65,536
+# entries (about 4 MB).
 _NUM_CACHED: Final = 1024
+_MAX_SEQUENCE_KEYS: Final = 1 << 16
 SEQUENCE_KEYS: Final[list[Any]] = [SequenceKey(i) for i in range(_NUM_CACHED)]
 FLAT_INDEX_KEYS: Final[list[Any]] = [FlattenedIndexKey(i) for i in range(_NUM_CACHED)]
+_grow_lock: Final = threading.Lock()
 
 
 def sequence_keys(n: int) -> list[Any]:
     """``[SequenceKey(0), ..., SequenceKey(n - 1)]``, sharing the cached entries."""
-    if n <= _NUM_CACHED:
+    have = len(SEQUENCE_KEYS)
+    if n > have and have < _MAX_SEQUENCE_KEYS:
+        with _grow_lock:
+            have = len(SEQUENCE_KEYS)
+            want = min(n, _MAX_SEQUENCE_KEYS)
+            if want > have:
+                SEQUENCE_KEYS.extend([SequenceKey(i) for i in range(have, want)])
+        have = len(SEQUENCE_KEYS)
+    if n <= have:
         return SEQUENCE_KEYS[:n]
-    return SEQUENCE_KEYS + [SequenceKey(i) for i in range(_NUM_CACHED, n)]
+    return SEQUENCE_KEYS + [SequenceKey(i) for i in range(have, n)]
 
 
 # DictKey entries of str keys, shared like the SequenceKey entries above (a model's dicts

@@ -105,8 +105,12 @@ class NodeInfo:
         mode = self.mode
         if mode == MODE_DATACLASS:
             children = [getattr(x, f) for f in self.data_fields]
-            meta = tuple([getattr(x, f) for f in self.meta_fields])
-            return children, meta
+            mf = self.meta_fields
+            if not mf:
+                return children, ()
+            if len(mf) == 1:
+                return children, (getattr(x, mf[0]),)
+            return children, tuple([getattr(x, f) for f in mf])
         if mode == MODE_STATIC:
             return [], x
         if mode == MODE_KEYS:

@@ -86,6 +86,7 @@ class PyTreeDef:
     _none_is_leaf: bool
     _hash: int
     _hashed: bool
+    _nodes: list[int] | None  # positions of the non-leaf codes; made on first unflatten
 
     def __init__(self, codes: list[int], data: list[Any], num_leaves: int, none_is_leaf: bool) -> None:
         self._codes = codes
@@ -94,6 +95,7 @@ class PyTreeDef:
         self._none_is_leaf = none_is_leaf
         self._hash = 0
         self._hashed = False
+        self._nodes = None
 
     # -- sizes -----------------------------------------------------------------------------
 
@@ -141,7 +143,12 @@ class PyTreeDef:
                 f"unflatten: {few} leaves: the PyTreeDef has {self._num_leaves} leaves, but "
                 f"{given} (structure: {_clip(short_repr(self, 200), 200)})"
             )
-        return unflatten_table(self._codes, self._data, items)
+        nodes = self._nodes
+        if nodes is None:
+            codes = self._codes
+            nodes = [i for i in range(len(codes)) if codes[i] != LEAF]
+            self._nodes = nodes
+        return unflatten_table(self._codes, self._data, nodes, items)
 
     def flatten_up_to(self, tree: Any) -> list[Any]:
         """The subtrees of ``tree`` at the leaf positions of this structure, in leaf order.
@@ -377,29 +384,30 @@ def span(codes: list[int], i: int, di: int) -> tuple[int, int]:
 # Table walks.
 
 
-def unflatten_table(codes: list[int], data: list[Any], leaves: list[Any]) -> Any:
+def unflatten_table(codes: list[int], data: list[Any], nodes: list[int], leaves: list[Any]) -> Any:
     """Build the tree of a node table from exactly the right number of leaves.
 
-    One backward pass over the table, children before parents, so any depth costs neither C
-    stack nor recursion.  Built nodes wait on a stack (the nearest one in pre-order on top; the
-    stack never shrinks, ``sp`` marks its top, so pushes and pops never reallocate it).  The
-    leaves met since the last node are not pushed but kept pending as the slice
-    ``leaves[lo:hi]``: a node whose children are all leaves takes them as one slice, and only
-    leaves that belong to an ancestor are pushed, once each.
+    ``nodes`` are the positions of the non-leaf codes (so node t has node data ``data[t]``).
+    One backward pass over them, children before parents, so any depth costs neither C stack
+    nor recursion, and runs of leaves cost nothing to skip.  Built nodes wait on a stack (the
+    nearest one in pre-order on top; the stack never shrinks, ``sp`` marks its top, so pushes
+    and pops never reallocate it).  The leaves met since the last node are not pushed but kept
+    pending as the slice ``leaves[lo:hi]``: a node whose children are all leaves takes them as
+    one slice, and only leaves that belong to an ancestor are pushed, once each.
     """
+    if not nodes:  # the root is a leaf
+        return leaves[0]
     stack: list[Any] = []
     sp: i64 = 0
     hi: i64 = len(leaves)
     lo: i64 = hi
-    di: i64 = len(data)
-    i: i64 = len(codes) - 1
-    while i >= 0:
-        c = codes[i]
-        i -= 1
-        if c == LEAF:
-            lo -= 1
-            continue
-        di -= 1
+    after: i64 = len(codes)  # position of the node handled last (children before parents)
+    t: i64 = len(nodes) - 1
+    while t >= 0:
+        p: i64 = nodes[t]
+        lo -= after - p - 1  # the leaf codes between this node and that one
+        after = p
+        c = codes[p]
         k: i64 = c >> SHIFT
         pending: i64 = hi - lo
         if k <= pending:
@@ -430,14 +438,13 @@ def unflatten_table(codes: list[int], data: list[Any], leaves: list[Any]) -> Any
                 j -= 1
             sp = m
         hi = lo
-        node = build(c, data[di], ch)
+        node = build(c, data[t], ch)
         if sp < len(stack):
             stack[sp] = node
         else:
             stack.append(node)
         sp += 1
-    if hi > lo:  # the root is a leaf
-        return leaves[lo]
+        t -= 1
     return stack[0]
 
 
