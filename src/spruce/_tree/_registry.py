@@ -233,7 +233,7 @@ class DictData:
     keys: list[Any]  # never mutated after construction
     order: list[Any] | None  # never mutated after construction
     factory: Any
-    template: dict[Any, Any] | None  # dict.fromkeys(order), made when rebuilt a second time
+    template: dict[Any, Any] | None  # dict.fromkeys(insertion order), made when rebuilt a second time
     built: bool  # rebuilt once already (so a template pays off)
     # Set on the shared DictData of a dict shape (see ``dict_data``): shared (so every key is
     # a str), and the insertion position of each sorted key (None when the orders agree).
@@ -902,23 +902,23 @@ def build(code: int, data: Any, children: list[Any]) -> Any:
         dd: DictData = data
         keys = dd.keys
         order = dd.order
-        if order is None:
-            out: dict[Any, Any] = {}
+        # A dict that already has the keys in insertion order, assigned in sorted order, keeps
+        # the order without per-key lookups.  A node rebuilt more than once (a PyTreeDef
+        # unflattened again and again, or a dict shape shared by many nodes) copies a cached
+        # template, which is cheaper than inserting the keys (no table growth); a node rebuilt
+        # once (map) does not make one.
+        template = dd.template
+        if order is None and len(keys) <= 16:
+            out: dict[Any, Any] = {}  # small and sorted: inserting is as cheap as copying
+        elif template is not None:
+            out = template.copy()
+        elif dd.built:
+            template = dict.fromkeys(keys if order is None else order)
+            dd.template = template
+            out = template.copy()
         else:
-            # A dict that already has the keys in insertion order, assigned in sorted order,
-            # keeps the order without per-key lookups.  A node rebuilt more than once (a
-            # PyTreeDef unflattened again and again) copies a cached template, which is
-            # cheaper than inserting the keys; a node rebuilt once (map) does not make one.
-            template = dd.template
-            if template is not None:
-                out = template.copy()
-            elif dd.built:
-                template = dict.fromkeys(order)
-                dd.template = template
-                out = template.copy()
-            else:
-                dd.built = True
-                out = dict.fromkeys(order)
+            dd.built = True
+            out = {} if order is None else dict.fromkeys(order)
         for i in range(len(keys)):
             out[keys[i]] = children[i]
         return out
