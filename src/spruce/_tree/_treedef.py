@@ -32,6 +32,7 @@ from ._registry import (
     MODE_DATACLASS,
     MODE_STATIC,
     CustomData,
+    EMPTY,
     DictData,
     _is_namedtuple_type,
     _is_structseq_type,
@@ -411,7 +412,8 @@ def unflatten_table(codes: list[int], data: list[Any], nodes: list[int], leaves:
         k: i64 = c >> SHIFT
         pending: i64 = hi - lo
         if k <= pending:
-            ch = leaves[lo : lo + k]
+            # (a None hole, common in optimizer states, needs no children list: see below)
+            ch = EMPTY if c == NONE else leaves[lo : lo + k]
             # pending leaves after this node's own belong to an ancestor: they go under it
             j: i64 = hi - 1
             while j >= lo + k:
@@ -438,7 +440,7 @@ def unflatten_table(codes: list[int], data: list[Any], nodes: list[int], leaves:
                 j -= 1
             sp = m
         hi = lo
-        node = build(c, data[t], ch)
+        node = None if c == NONE else build(c, data[t], ch)  # EMPTY never reaches build
         if sp < len(stack):
             stack[sp] = node
         else:
