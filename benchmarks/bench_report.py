@@ -161,6 +161,26 @@ def group_table(res: Results) -> list[str]:
     return _table(header, rows, ["l", "l"] + ["r"] * (len(header) - 2))
 
 
+PURE_MAP_MAX = 3.0  # issue 3: the uncompiled build stays within 3x of the compiled one on map
+
+
+def pure_table(res: Results) -> list[str]:
+    """The uncompiled build against the compiled one, per op (the same rounds' medians)."""
+    header = ["op", "spruce-pure / spruce", "worst tree", "target", "pass?"]
+    rows = []
+    for op in OPS:
+        cells = [(r, c.name) for c in res.cases if (r := res.ratio(c.name, op, SPRUCE, PURE)) is not None]
+        if not cells:
+            continue
+        g = geomean([r for r, _ in cells])
+        worst, wtree = max(cells)
+        target, ok = ("—", None)
+        if op == "map":
+            target, ok = f"geomean ≤ {PURE_MAP_MAX:g}", g <= PURE_MAP_MAX
+        rows.append([f"`{op}`", fmt_ratio(g), f"{fmt_ratio(worst)} ({wtree})", target, {True: "PASS", False: "**FAIL**", None: "—"}[ok]])
+    return _table(header, rows)
+
+
 def ratio_table(res: Results) -> list[str]:
     """Every (tree, op): fastest peer, spruce/fastest, spruce/each peer, pure, times."""
     header = ["tree", "op", "fastest peer", "spruce / fastest"] + [f"/ {p}" for p in res.peers]
@@ -292,6 +312,9 @@ def markdown(res: Results, chart_name: str | None) -> str:
     lines += headline_table(res)
     lines += ["", "Per op group (geometric mean over every (tree, op) cell of the group):", ""]
     lines += group_table(res)
+    if res.has_pure:
+        lines += ["", "The uncompiled build (the fallback) against the compiled one, geometric mean over trees:", ""]
+        lines += pure_table(res)
     lines += ["", "## Worst cells (spruce / fastest peer)", ""]
     lines += worst_cells(res)
     lines += ["", "## Every (tree, op)", "", "Trees:", ""]
