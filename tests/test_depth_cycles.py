@@ -404,3 +404,50 @@ def test_deep_walks_fit_in_small_thread_stacks() -> None:
         ]
     ]
     assert got["nested"] == [["list", "nested", [1, [1]]], ["dict", "nested", [1, [1]]]]
+
+
+NESTED_WALKS_SCRIPT = """
+import json, threading
+import spruce.tree as T
+from spruce._tree import _errors
+
+def chain(d, leaf):
+    x = leaf
+    for _ in range(d):
+        x = [x]
+    return x
+
+a, b = chain(1000, 0), chain(1000, 1)
+out = []
+
+def g(k):
+    return 0 if k == 0 else T.map(lambda x: g(k - 1), a)
+
+try:
+    out.append(T.leaves(g(200)) == [0])
+except RecursionError:
+    out.append("RecursionError")
+
+def run():
+    r = T.map(lambda x, y: T.map(lambda u, v: u + v, a, b), a, b)
+    out.append(T.leaves(r) == [1] and T.structure(r) == T.structure(chain(2000, 0)))
+
+threading.stack_size(512 * 1024)
+t = threading.Thread(target=run)
+t.start()
+t.join()
+print(json.dumps({"compiled": _errors.COMPILED, "out": out, "active": _errors.WALKS.active}))
+"""
+
+
+def test_walks_started_by_callbacks_do_not_overflow_the_c_stack() -> None:
+    # Only the outermost walk recurses DEEP levels; a walk started from a callback while another
+    # recurses gets NESTED_DEEP (Python's recursion limit cannot see the outer walk's C frames).
+    # Before that rule, 30-45 nested maps over a 1,000-deep tree crashed the compiled build.
+    proc = run_python(NESTED_WALKS_SCRIPT, timeout=600)
+    assert proc.returncode == 0, f"interpreter died (rc={proc.returncode}): {proc.stderr[-2000:]}"
+    got = json.loads(proc.stdout)
+    first = [True] if got["compiled"] else [True, "RecursionError"]
+    assert got["out"][0] in first
+    assert got["out"][1:] == [True]
+    assert got["active"] == 0  # every walk that began has ended (errors included)

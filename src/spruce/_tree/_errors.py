@@ -221,6 +221,39 @@ def _probe() -> None:
 
 COMPILED: Final = not hasattr(_probe, "__code__")
 DEEP: Final = 1024 if COMPILED else 16  # a power of two (see above)
+NESTED_DEEP: Final = 16  # the recursion depth of a walk started while another one recurses
+
+
+class _Walks:
+    """How many walks are inside their recursive part right now (any thread).
+
+    A callback (``f``, ``is_leaf``, a flatten function) can start a walk inside a walk, and
+    Python's recursion limit does not see the C frames of the outer one.  So only a walk that
+    starts while no other walk recurses gets DEEP levels of recursion; the others get
+    NESTED_DEEP, and a thread's C stack never holds more than one deep recursion (plus
+    nested walks of NESTED_DEEP levels each, bounded by Python's recursion limit through the
+    callbacks between them).  A walk on another thread that happens to start meanwhile is only
+    slower, never less safe.
+    """
+
+    active: int
+
+    def __init__(self) -> None:
+        self.active = 0
+
+
+WALKS: Final = _Walks()
+
+
+def begin_walk() -> int:
+    """The recursion depth for a walk starting now; pair it with ``end_walk`` (try/finally)."""
+    a = WALKS.active
+    WALKS.active = a + 1
+    return DEEP if a == 0 else NESTED_DEEP
+
+
+def end_walk() -> None:
+    WALKS.active -= 1
 MAX_DEPTH: Final = 1 << 21  # 2,097,152 levels: a 1,000,000-deep list still flattens
 
 

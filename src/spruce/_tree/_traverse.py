@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from ._errors import DEEP, changed_size, check_depth, cycle_error, mismatch_error, nodes_of
+from ._errors import DEEP, begin_walk, changed_size, check_depth, cycle_error, end_walk, mismatch_error, nodes_of
 from ._keys import SEQUENCE_KEYS, keystr, sequence_keys  # noqa: F401  (keystr: map_with_path doctest)
 from ._registry import LEAF, LIST, SHIFT, TUPLE, build, expand, expand_with_keys, match_children
 from ._treedef import PyTreeDef
@@ -84,6 +84,7 @@ def _flatten_rec(
     codes: list[int],
     data: list[Any],
     depth: i64,
+    limit: i64,
     leaf_type: object,
 ) -> object:
     """Flatten the items of ``seq`` (a frame at ``depth``) by recursion, the fast path for the
@@ -123,11 +124,11 @@ def _flatten_rec(
         data.append(d)
         if not ch:
             continue
-        if depth + 1 >= DEEP:
+        if depth + 1 >= limit:
             h = _Handoff(x, ch, leaf_type)
             h.push(seq, pos, n)
             return h
-        r = _flatten_rec(ch, is_leaf, none_is_leaf, leaves, codes, data, depth + 1, leaf_type)
+        r = _flatten_rec(ch, is_leaf, none_is_leaf, leaves, codes, data, depth + 1, limit, leaf_type)
         if isinstance(r, _Handoff):
             r.push(seq, pos, n)
             return r
@@ -144,13 +145,17 @@ def flatten_into(
     deeper tree is carried on by an iterative walk with an explicit frame stack, so depth
     costs heap, never C stack.
     """
-    r = _flatten_rec([tree], is_leaf, none_is_leaf, leaves, codes, data, 0, None)
+    limit = begin_walk()
+    try:
+        r = _flatten_rec([tree], is_leaf, none_is_leaf, leaves, codes, data, 0, limit, None)
+    finally:
+        end_walk()
     if isinstance(r, _Handoff):
         _flatten_resume(r, is_leaf, none_is_leaf, leaves, codes, data)
 
 
 def _leaves_rec(
-    seq: list[Any], is_leaf: IsLeaf, none_is_leaf: bool, leaves: list[Any], depth: i64, leaf_type: object
+    seq: list[Any], is_leaf: IsLeaf, none_is_leaf: bool, leaves: list[Any], depth: i64, limit: i64, leaf_type: object
 ) -> object:
     """``_flatten_rec`` without the node table, for ``leaves``."""
     n: i64 = len(seq)
@@ -177,11 +182,11 @@ def _leaves_rec(
                 continue
         if not ch:
             continue
-        if depth + 1 >= DEEP:
+        if depth + 1 >= limit:
             h = _Handoff(x, ch, leaf_type)
             h.push(seq, pos, n)
             return h
-        r = _leaves_rec(ch, is_leaf, none_is_leaf, leaves, depth + 1, leaf_type)
+        r = _leaves_rec(ch, is_leaf, none_is_leaf, leaves, depth + 1, limit, leaf_type)
         if isinstance(r, _Handoff):
             r.push(seq, pos, n)
             return r
@@ -294,7 +299,11 @@ def leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False) -> 
     [1, 3, 2]
     """
     out: list[Any] = []
-    r = _leaves_rec([tree], is_leaf, none_is_leaf, out, 0, None)
+    limit = begin_walk()
+    try:
+        r = _leaves_rec([tree], is_leaf, none_is_leaf, out, 0, limit, None)
+    finally:
+        end_walk()
     if isinstance(r, _Handoff):
         # The node table of the deep part is made and dropped: deep trees are rare.
         _flatten_resume(r, is_leaf, none_is_leaf, out, [], [])
@@ -384,6 +393,7 @@ def _fwp_rec(
     codes: list[int],
     data: list[Any],
     depth: i64,
+    limit: i64,
     leaf_type: object,
 ) -> object:
     """``flatten_with_path`` of the items of ``seq`` (keys ``keys``) by recursion for the first
@@ -433,13 +443,13 @@ def _fwp_rec(
             continue
         if below_root:
             kstack.append(k)
-        if depth + 1 >= DEEP:
+        if depth + 1 >= limit:
             h = _Handoff(x, ch, leaf_type)
             h.other_children = ckeys
             h.push(seq, pos, n)
             h.oseqs.append(keys)
             return h
-        r = _fwp_rec(ch, ckeys, kstack, is_leaf, none_is_leaf, out, codes, data, depth + 1, leaf_type)
+        r = _fwp_rec(ch, ckeys, kstack, is_leaf, none_is_leaf, out, codes, data, depth + 1, limit, leaf_type)
         if isinstance(r, _Handoff):
             r.push(seq, pos, n)
             r.oseqs.append(keys)
@@ -469,7 +479,11 @@ def flatten_with_path(
     # Keys of the nodes entered below the root; a leaf's path is built from it only at the
     # leaf, so deep trees cost O(depth) per leaf, never O(depth) per node kept alive.
     kstack: list[Any] = []
-    r = _fwp_rec([tree], [None], kstack, is_leaf, none_is_leaf, out, codes, data, 0, None)
+    limit = begin_walk()
+    try:
+        r = _fwp_rec([tree], [None], kstack, is_leaf, none_is_leaf, out, codes, data, 0, limit, None)
+    finally:
+        end_walk()
     if not isinstance(r, _Handoff):
         return out, PyTreeDef(codes, data, len(out), none_is_leaf)
     # Deeper than DEEP: carry on iteratively from where the recursion stopped.
@@ -595,6 +609,7 @@ def _map1_rec(
     is_leaf: IsLeaf,
     none_is_leaf: bool,
     depth: i64,
+    limit: i64,
     leaf_type: object,
 ) -> object:
     """One-tree map of the items of ``seq`` (a frame at ``depth``) into ``outs``, by recursion
@@ -626,12 +641,12 @@ def _map1_rec(
         if not ch:
             outs.append(build(code, d, []))
             continue
-        if depth + 1 >= DEEP:
+        if depth + 1 >= limit:
             h = _Handoff(x, ch, leaf_type)
             h.push_map(seq, pos, n, outs, code, d)
             return h
         sub: list[Any] = []
-        r = _map1_rec(f, ch, sub, is_leaf, none_is_leaf, depth + 1, leaf_type)
+        r = _map1_rec(f, ch, sub, is_leaf, none_is_leaf, depth + 1, limit, leaf_type)
         if isinstance(r, _Handoff):
             r.push_map(seq, pos, n, outs, code, d)
             return r
@@ -642,7 +657,11 @@ def _map1_rec(
 
 def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool) -> Any:
     top: list[Any] = []
-    r = _map1_rec(f, [tree], top, is_leaf, none_is_leaf, 0, None)
+    limit = begin_walk()
+    try:
+        r = _map1_rec(f, [tree], top, is_leaf, none_is_leaf, 0, limit, None)
+    finally:
+        end_walk()
     if not isinstance(r, _Handoff):
         return top[0]
     # Deeper than DEEP: carry on iteratively from where the recursion stopped.
@@ -721,6 +740,7 @@ def _map2_rec(
     is_leaf: IsLeaf,
     none_is_leaf: bool,
     depth: i64,
+    limit: i64,
     leaf_type: object,
 ) -> object:
     """Two-tree map of the items of ``seq`` and ``oseq`` into ``outs``, by recursion for the
@@ -770,14 +790,14 @@ def _map2_rec(
         if not ch:
             outs.append(build(code, d, []))
             continue
-        if depth + 1 >= DEEP:
+        if depth + 1 >= limit:
             h = _Handoff(x, ch, leaf_type)
             h.other_children = ych
             h.push_map(seq, pos, n, outs, code, d)
             h.oseqs.append(oseq)
             return h
         sub: list[Any] = []
-        r = _map2_rec(f, ch, ych, sub, is_leaf, none_is_leaf, depth + 1, leaf_type)
+        r = _map2_rec(f, ch, ych, sub, is_leaf, none_is_leaf, depth + 1, limit, leaf_type)
         if isinstance(r, _Handoff):
             r.push_map(seq, pos, n, outs, code, d)
             r.oseqs.append(oseq)
@@ -790,7 +810,11 @@ def _map2_rec(
 def _map2(f: Callable[..., Any], tree: Any, other: Any, is_leaf: IsLeaf, none_is_leaf: bool) -> Any:
     """``map`` with exactly one tree in ``rest`` (the common case: params and grads)."""
     top: list[Any] = []
-    r = _map2_rec(f, [tree], [other], top, is_leaf, none_is_leaf, 0, None)
+    limit = begin_walk()
+    try:
+        r = _map2_rec(f, [tree], [other], top, is_leaf, none_is_leaf, 0, limit, None)
+    finally:
+        end_walk()
     if not isinstance(r, _Handoff):
         return top[0]
     r.reverse()
