@@ -1,7 +1,7 @@
 """Build hook: compile the pytree engine with mypyc unless SPRUCE_PURE=1.
 
-The engine modules (src/spruce/_tree/_*.py) are typed Python; mypyc turns them into C
-extensions.  With SPRUCE_PURE=1 the same files are installed as plain Python instead.
+The engine modules (src/spruce/_tree/_*.py, except _pure.py) are typed Python; mypyc turns
+them into C extensions.  With SPRUCE_PURE=1 the same files are installed as plain Python instead.
 """
 
 import os
@@ -9,7 +9,8 @@ from pathlib import Path
 
 from setuptools import setup
 
-ENGINE = sorted(str(p) for p in Path("src/spruce/_tree").glob("_*.py") if p.name != "__init__.py")
+# _pure.py is the uncompiled build's own map (recursion shaped for the interpreter): never compiled.
+ENGINE = sorted(str(p) for p in Path("src/spruce/_tree").glob("_*.py") if p.name not in ("__init__.py", "_pure.py"))
 
 ext_modules = []
 if os.environ.get("SPRUCE_PURE", "") not in ("1", "true", "yes"):

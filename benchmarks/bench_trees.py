@@ -7,14 +7,16 @@ PyTreeDef for ``treedef_eq`` (equal, not identical, so no identity shortcut is t
 Leaves are small numpy arrays and Python scalars: the operations never touch leaf contents
 (the mapped and reduced functions are trivial), so leaf size does not matter, only their count.
 
-Adding a tree: append a :class:`TreeCase` to :func:`tree_cases`.  The spruce Module tree (a
-later issue) plugs in through :func:`module_case`.
+Adding a tree: append a :class:`TreeCase` to :func:`tree_cases`.  The spruce Module tree is
+built from Module classes defined here (:func:`module_classes`), registered with each peer
+through that peer's own API.
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable
 
 import numpy as np
@@ -216,8 +218,9 @@ def dataclass_net(n_layers: int = 16, d: int = 4) -> Net:
 
 
 def register_nodes(lib: str, mod: Any) -> None:
-    """Register ``Dense`` and ``Net`` with library ``lib`` (whose tree module is ``mod``), each
-    through that library's own registration API.  dm-tree has none (its cases are skipped)."""
+    """Register ``Dense``, ``Net`` and the Module classes with library ``lib`` (whose tree
+    module is ``mod``), each through that library's own registration API.  dm-tree has none
+    (its cases are skipped)."""
     if lib.startswith("spruce"):
         mod.register_dataclass(Dense, data_fields=list(DENSE_DATA), meta_fields=list(DENSE_META))
         mod.register_dataclass(Net, data_fields=list(NET_DATA), meta_fields=[])
@@ -253,21 +256,130 @@ def register_nodes(lib: str, mod: Any) -> None:
         )
     else:
         raise ValueError(f"{lib} has no custom-node registration")
+    _register_modules(lib, mod)
 
 
 # ---------------------------------------------------------------------------------------------
 # The list of cases
 
 
-def module_case() -> TreeCase | None:
-    """Hook for the spruce Module tree (a later issue).
+@lru_cache(maxsize=None)
+def module_classes() -> dict[str, Any]:
+    """The spruce Module classes of the Module tree, by name (defined on first use, so that
+    importing this file does not import spruce).
 
-    Once spruce has a Module class, return e.g.
-    ``TreeCase("module", "spruce Module (MLP)", build=make_mlp_module, custom=True)``;
-    peers need the Module class registered through their APIs: extend :func:`register_nodes`.
-    Returning None leaves the case out.
+    ``Linear(weight, bias; in_features, out_features static)``,
+    ``LayerNorm(weight, bias; eps static)``, ``Block(ln1, attn_in, attn_out, ln2, fc1, fc2)`` and
+    ``Model(embed, blocks, ln_f)``: a small transformer as a user of ``spruce.Module`` writes it.
     """
-    return None
+    import spruce
+
+    class Linear(spruce.Module):
+        weight: Any
+        bias: Any
+        in_features: int = spruce.field(static=True)
+        out_features: int = spruce.field(static=True)
+
+    class LayerNorm(spruce.Module):
+        weight: Any
+        bias: Any
+        eps: float = spruce.field(static=True, default=1e-5)
+
+    class Block(spruce.Module):
+        ln1: LayerNorm
+        attn_in: Linear
+        attn_out: Linear
+        ln2: LayerNorm
+        fc1: Linear
+        fc2: Linear
+
+    class Model(spruce.Module):
+        embed: Any
+        blocks: tuple[Block, ...]
+        ln_f: LayerNorm
+
+    return {c.__name__: c for c in (Linear, LayerNorm, Block, Model)}
+
+
+#: data (child) and static fields of each Module class, for the peers' registrations.
+MODULE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "Linear": (("weight", "bias"), ("in_features", "out_features")),
+    "LayerNorm": (("weight", "bias"), ("eps",)),
+    "Block": (("ln1", "attn_in", "attn_out", "ln2", "fc1", "fc2"), ()),
+    "Model": (("embed", "blocks", "ln_f"), ()),
+}
+
+MODULE_BLOCKS = 4
+
+
+def module_model(n_blocks: int = MODULE_BLOCKS, d: int = 4) -> Any:
+    """``Model`` with ``n_blocks`` ``Block`` modules: 12 * n_blocks + 3 leaves (51 for 4)."""
+    c = module_classes()
+    lin, ln = c["Linear"], c["LayerNorm"]
+
+    def linear(n_in: int, n_out: int, seed: int) -> Any:
+        return lin(_arr(n_out, n_in, seed=seed), _arr(n_out, seed=seed), n_in, n_out)
+
+    def norm(seed: int) -> Any:
+        return ln(_arr(d, seed=seed), _arr(d, seed=seed + 1))
+
+    blocks = tuple(
+        c["Block"](norm(i), linear(d, 3 * d, i), linear(d, d, i + 1), norm(i + 2), linear(d, 4 * d, i + 3), linear(4 * d, d, i + 4))
+        for i in range(n_blocks)
+    )
+    return c["Model"](_arr(16, d), blocks, norm(99))
+
+
+def _register_modules(lib: str, mod: Any) -> None:
+    """Register the Module classes with ``lib``.  spruce registers them itself when they are
+    defined, and with jax.tree_util as soon as JAX is imported; the uncompiled build gets the
+    very node functions Module makes for spruce; optree and torch get the same ``__dict__``
+    reads and writes through their APIs."""
+    classes = module_classes()
+    if lib == "spruce" and mod.__name__.startswith("spruce."):
+        return  # the compiled build: Module registered them
+    if lib == "jax":
+        return
+    for name, cls in classes.items():
+        data, static = MODULE_FIELDS[name]
+        if lib == "spruce":
+            from spruce._module._module import _make_node_functions
+
+            flatten, flatten_with_keys, unflatten = _make_node_functions(cls, cls._spruce_fields)
+            mod.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+            continue
+
+        def flat(x: Any, data: tuple[str, ...] = data, static: tuple[str, ...] = static) -> tuple[list[Any], tuple[Any, ...]]:
+            d = x.__dict__
+            return [d[n] for n in data], tuple([d[n] for n in static])
+
+        def unflat(aux: tuple[Any, ...], children: Any, cls: Any = cls, data: tuple[str, ...] = data, static: tuple[str, ...] = static) -> Any:
+            obj = object.__new__(cls)
+            od = obj.__dict__
+            od.update(zip(data, children))
+            od.update(zip(static, aux))
+            return obj
+
+        if lib == "optree":
+            mod.register_pytree_node(
+                cls,
+                lambda x, flat=flat, data=data: (*flat(x), data),
+                unflat,
+                namespace=OPTREE_NAMESPACE,
+            )
+        elif lib == "torch":
+            key = mod.GetAttrKey
+            mod.register_pytree_node(
+                cls,
+                lambda x, flat=flat: flat(x),
+                lambda ch, aux, unflat=unflat: unflat(aux, ch),
+                flatten_with_keys_fn=lambda x, flat=flat, data=data: (
+                    [(key(n), c) for n, c in zip(data, flat(x)[0])],
+                    flat(x)[1],
+                ),
+            )
+        else:
+            raise ValueError(f"{lib} has no custom-node registration")
 
 
 def tree_cases() -> list[TreeCase]:
@@ -282,7 +394,5 @@ def tree_cases() -> list[TreeCase]:
         TreeCase("chain_1000", "1,000-deep chain of single-element lists", chain, deep=True),
         TreeCase("dataclass", "registered dataclasses: Net(16 Dense(w, b, scale; act static)) (52 leaves)", dataclass_net, custom=True),
     ]
-    extra = module_case()
-    if extra is not None:
-        cases.append(extra)
+    cases.append(TreeCase("module", f"spruce Modules: Model(embed, {MODULE_BLOCKS} Blocks of 4 Linear + 2 LayerNorm, ln_f) (51 leaves)", module_model, custom=True))
     return cases

@@ -177,6 +177,40 @@ def mismatch_error(
     return ValueError(f"{what}: {which} does not match at key path {path_text(path)}: {detail}")
 
 
+def positions_by_identity(nodes: list[Any], none_is_leaf: bool) -> list[int]:
+    """The positions ``path_of`` takes for a root-to-node path of which only the nodes are known
+    (the uncompiled map's recursion keeps its ancestors, not their indices): each node is looked
+    up by identity among its parent's children.  A node that is twice among its siblings gets
+    the first position, which names the same object; one not found (a flatten function that
+    makes new children on every call) gets a position ``child_key`` shows as unknown.
+    """
+    positions = [0]
+    for i in range(1, len(nodes)):
+        try:
+            children = expand(nodes[i - 1], none_is_leaf)[2]
+        except Exception:
+            children = []
+        node = nodes[i]
+        at = len(children) + 1
+        for j in range(len(children)):
+            if children[j] is node:
+                at = j + 1
+                break
+        positions.append(at)
+    return positions
+
+
+def cycle_error_below(
+    ancestors: list[Any], base: int, nodes: list[Any], positions: list[int], none_is_leaf: bool
+) -> ValueError:
+    """``cycle_error`` for a walk of a subtree whose root ``nodes[0]`` is at depth ``base``,
+    below ``ancestors[:base]`` (root first); ``base`` 0 means the walk started at the root."""
+    if base == 0:
+        return cycle_error(nodes, positions, none_is_leaf)
+    full = ancestors[:base] + nodes
+    return cycle_error(full, positions_by_identity(full[: base + 1], none_is_leaf) + positions[1:], none_is_leaf)
+
+
 def cycle_error(nodes: list[Any], positions: list[int], none_is_leaf: bool) -> ValueError:
     """A ValueError for a container that contains itself; names where the cycle closes."""
     first: dict[int, int] = {}

@@ -378,6 +378,10 @@ def sorted_keys(d: Any) -> list[Any]:
 _lock: Final = threading.RLock()
 _registry: Final[dict[type, NodeInfo]] = {}
 _cache: Final[dict[type, NodeInfo]] = {}
+# The types classified as leaves, a subset of ``_cache`` kept beside it (same lock, same
+# version check, cleared with it): the uncompiled map (``_pure``) tests ``type(c) in
+# LEAF_TYPES`` inside its comprehensions, one set lookup with no call.
+LEAF_TYPES: Final[set[type]] = set()
 _version: list[int] = [0]
 
 LEAF_INFO: Final = NodeInfo(object, LEAF)
@@ -432,6 +436,8 @@ def lookup(t: type) -> NodeInfo:
     with _lock:
         if _version[0] == version:
             _cache[t] = info
+            if info is LEAF_INFO:
+                LEAF_TYPES.add(t)
     return info
 
 
@@ -451,6 +457,7 @@ def _register(info: NodeInfo) -> None:
             )
         _registry[t] = info
         _cache.clear()
+        LEAF_TYPES.clear()
         _version[0] += 1
 
 
@@ -474,6 +481,7 @@ def unregister(nodetype: type) -> type:
             raise ValueError(f"{qualified_name(nodetype)} is not registered as a pytree node")
         del _registry[nodetype]
         _cache.clear()
+        LEAF_TYPES.clear()
         _version[0] += 1
     return nodetype
 

@@ -15,7 +15,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from ._errors import DEEP, begin_walk, changed_size, check_depth, cycle_error, end_walk, mismatch_error, nodes_of
+from ._errors import (
+    COMPILED,
+    DEEP,
+    begin_walk,
+    changed_size,
+    check_depth,
+    cycle_error,
+    end_walk,
+    mismatch_error,
+    nodes_of,
+)
+from ._pure import map1 as pure_map1  # the uncompiled build's map (never compiled itself)
 from ._keys import SEQUENCE_KEYS, keystr, sequence_keys  # noqa: F401  (keystr: map_with_path doctest)
 from ._registry import LEAF, LIST, SHIFT, TUPLE, build, expand, expand_with_keys, match_children
 from ._treedef import PyTreeDef
@@ -656,6 +667,8 @@ def _map1_rec(
 
 
 def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool) -> Any:
+    if not COMPILED:
+        return pure_map1(f, tree, is_leaf, none_is_leaf)
     top: list[Any] = []
     limit = begin_walk()
     try:
