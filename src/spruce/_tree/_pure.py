@@ -11,8 +11,8 @@ leaves it out) and is used only when the engine runs uncompiled (``_errors.COMPI
   children are mapped by a list comprehension that calls ``f`` itself on the children whose
   type is a known leaf type (``_registry.LEAF_TYPES``: one set lookup, no call of ours) and
   recurses into the others.  Lists, tuples and dicts are taken apart and rebuilt inline, dicts
-  with C-level calls (``sorted``, ``dict(zip(...))``, ``dict.fromkeys`` + ``update``) rather
-  than loops over their keys; other nodes go through ``expand_registered`` and ``build``.
+  with C-level calls (``sorted``, ``itemgetter``, ``copy`` + ``update``) rather than loops
+  over their keys; other nodes go through ``expand_registered`` and ``build``.
 - Below that, a loop over an explicit stack of frame tuples (``_walk_deep``), which CPython
   runs faster than deep recursion (about 0.4 µs a level against 2 µs), with the cycle check of
   the other walkers (see ``_errors.DEEP``).  Depth costs heap, never C stack or recursion limit.
@@ -27,58 +27,51 @@ dict's values are read when it is entered.  Cycles raise ``cycle_error`` with bo
 from __future__ import annotations
 
 from itertools import islice
+from operator import itemgetter
 from typing import Any, Callable, Final
 
-from ._errors import DEEP, changed_size, check_depth, cycle_error_below
-from ._registry import LEAF, LEAF_TYPES, LIST, _cache, build, expand, expand_registered, lookup, sorted_keys
+from ._errors import changed_size, check_depth, cycle_error_below
+from ._registry import CUSTOM, LEAF, LEAF_TYPES, LIST, NAMEDTUPLE, _cache, build, expand, expand_registered, lookup, sorted_keys
 
 RECURSE: Final = 16  # levels walked by recursion; deeper subtrees go to _walk_deep
 _NO_MARK: Final = object()  # _walk_deep's cycle mark before it marks a node
+_cache_get: Final = _cache.get  # the registry's type cache (cleared in place, never replaced)
 
 
 def map1(f: Callable[..., Any], tree: Any, is_leaf: Callable[[Any], Any] | None, none_is_leaf: bool) -> Any:
     """``map(f, tree)`` of one tree, uncompiled; see the module docstring and ``_traverse.map``."""
-    leaf_types = LEAF_TYPES
-    cache_get = _cache.get
     ancestors: list[Any] = [None] * RECURSE  # ancestors[d]: the node being walked at depth d
 
     def m(x: Any, depth: int) -> Any:
         if is_leaf is not None and is_leaf(x):
             return f(x)
         t = type(x)
-        if t in leaf_types:
+        if t in LEAF_TYPES:
             return f(x)
+        if x is None:
+            return f(x) if none_is_leaf else None
         if depth == RECURSE:
             return _walk_deep(f, x, is_leaf, none_is_leaf, ancestors, depth)
         ancestors[depth] = x
         d = depth + 1
         if t is dict:
-            keys = list(x)
             try:
-                order = sorted(keys)
+                order = sorted(x)
             except TypeError:
                 order = sorted_keys(x)
-            try:
-                same = order == keys  # the same key objects, unless two keys compare equal
-            except Exception:  # a key whose == raises: compare identities
-                same = all(a is b for a, b in zip(order, keys))
-            if same:
-                values = list(x.values())
-                if is_leaf is None:
-                    return dict(zip(keys, [f(c) if type(c) in leaf_types else m(c, d) for c in values]))
-                return dict(zip(keys, [m(c, d) for c in values]))
-            values = list(map(x.__getitem__, order))
+            # The values in key order, read when the dict is entered (so is the copy, which
+            # keeps its insertion order and key objects; ``update`` puts the outputs in place).
+            values = itemgetter(*order)(x) if len(order) > 1 else [x[k] for k in order]
+            rebuilt = x.copy()
             if is_leaf is None:
-                outs = [f(c) if type(c) in leaf_types else m(c, d) for c in values]
+                rebuilt.update(zip(order, [f(c) if type(c) in LEAF_TYPES else m(c, d) for c in values]))
             else:
-                outs = [m(c, d) for c in values]
-            rebuilt = dict.fromkeys(keys)  # the insertion order first, then the values by key
-            rebuilt.update(zip(order, outs))
+                rebuilt.update(zip(order, [m(c, d) for c in values]))
             return rebuilt
         if t is list:
             n = len(x)
             if is_leaf is None:
-                out = [f(c) if type(c) in leaf_types else m(c, d) for c in islice(x, n)]
+                out = [f(c) if type(c) in LEAF_TYPES else m(c, d) for c in islice(x, n)]
             else:
                 out = [m(c, d) for c in islice(x, n)]
             if len(out) != n:
@@ -86,18 +79,28 @@ def map1(f: Callable[..., Any], tree: Any, is_leaf: Callable[[Any], Any] | None,
             return out
         if t is tuple:
             if is_leaf is None:
-                return tuple([f(c) if type(c) in leaf_types else m(c, d) for c in x])
+                return tuple([f(c) if type(c) in LEAF_TYPES else m(c, d) for c in x])
             return tuple([m(c, d) for c in x])
-        if x is None:
-            return f(x) if none_is_leaf else None
-        info = cache_get(t)
+        info = _cache_get(t)
         if info is None:
             info = lookup(t)
-        if info.kind == LEAF:
+        kind = info.kind
+        if kind == LEAF:
             return f(x)
+        if kind == CUSTOM:
+            # The registration's own flatten and unflatten (and their checks), without the
+            # CustomData a PyTreeDef needs (which hashes the aux data).
+            ch, aux = info.flatten_node(x)
+            if is_leaf is None:
+                return info.unflatten_node(aux, [f(c) if type(c) in LEAF_TYPES else m(c, d) for c in ch])
+            return info.unflatten_node(aux, [m(c, d) for c in ch])
+        if kind == NAMEDTUPLE:
+            if is_leaf is None:
+                return t(*[f(c) if type(c) in LEAF_TYPES else m(c, d) for c in x])
+            return t(*[m(c, d) for c in x])
         code, data, ch = expand_registered(x, info)
         if is_leaf is None:
-            outs = [f(c) if type(c) in leaf_types else m(c, d) for c in ch]
+            outs = [f(c) if type(c) in LEAF_TYPES else m(c, d) for c in ch]
         else:
             outs = [m(c, d) for c in ch]
         return build(code, data, outs)
@@ -132,13 +135,15 @@ def _walk_deep(
     outs: list[Any] = []
     code = LIST
     data: Any = None
+    depth = base  # of the nodes whose children are being walked
     mark: object = _NO_MARK  # the cycle check of deep walks: see _errors.DEEP (a power of 2)
     mark_depth = 0
     while True:
         if pos < n:
-            if pos >= len(seq):
-                raise changed_size(seq, n)
-            x = seq[pos]
+            try:
+                x = seq[pos]
+            except IndexError:  # only a list of the tree can shrink; the others are copies
+                raise changed_size(seq, n) from None
             pos += 1
             if is_leaf is not None and is_leaf(x):
                 outs.append(f(x))
@@ -160,15 +165,14 @@ def _walk_deep(
                 outs.append(build(xcode, xdata, []))
                 continue
             stack.append((seq, pos, n, outs, code, data))
-            depth = len(stack) + base
-            if depth >= DEEP:
-                if x is mark:
-                    nodes = [fr[0][fr[1] - 1] for fr in stack]
-                    raise cycle_error_below(ancestors, base, nodes, [fr[1] for fr in stack], none_is_leaf)
-                if depth & (depth - 1) == 0:
-                    mark = x
-                    mark_depth = len(stack)
-                    check_depth(depth)
+            depth += 1
+            if x is mark:
+                nodes = [fr[0][fr[1] - 1] for fr in stack]
+                raise cycle_error_below(ancestors, base, nodes, [fr[1] for fr in stack], none_is_leaf)
+            if depth & (depth - 1) == 0:
+                mark = x
+                mark_depth = depth
+                check_depth(depth)
             seq = ch
             pos = 0
             n = len(ch)
@@ -178,7 +182,8 @@ def _walk_deep(
         elif stack:
             built = outs if code == LIST else build(code, data, outs)
             seq, pos, n, outs, code, data = stack.pop()
-            if len(stack) < mark_depth:
+            depth -= 1
+            if depth < mark_depth:
                 mark = _NO_MARK
                 mark_depth = 0
             outs.append(built)

@@ -595,7 +595,9 @@ def map(f: Callable[..., Any], tree: Any, *rest: Any, is_leaf: IsLeaf = None, no
     {'b': 31, 'a': [12, 23]}
     """
     if not rest:
-        return _map1(f, tree, is_leaf, none_is_leaf)
+        if COMPILED:
+            return _map1(f, tree, is_leaf, none_is_leaf)
+        return pure_map1(f, tree, is_leaf, none_is_leaf)
     if len(rest) == 1:
         return _map2(f, tree, rest[0], is_leaf, none_is_leaf)
     return _mapn(f, tree, list(rest), is_leaf, none_is_leaf, False)
@@ -667,8 +669,6 @@ def _map1_rec(
 
 
 def _map1(f: Callable[..., Any], tree: Any, is_leaf: IsLeaf, none_is_leaf: bool) -> Any:
-    if not COMPILED:
-        return pure_map1(f, tree, is_leaf, none_is_leaf)
     top: list[Any] = []
     limit = begin_walk()
     try:
