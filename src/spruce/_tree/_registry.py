@@ -144,7 +144,16 @@ class NodeInfo:
         mode = self.mode
         if mode == MODE_DATACLASS:
             cls: Any = self.nodetype
-            obj = cls.__new__(cls)
+            try:
+                obj = cls.__new__(cls)
+            except TypeError as e:
+                raise TypeError(
+                    f"cannot rebuild a {qualified_name(cls)} registered with register_dataclass: "
+                    f"{qualified_name(cls)}.__new__(cls) failed ({e}). Registered dataclasses are "
+                    "rebuilt without calling __init__, so __new__ must accept no arguments; "
+                    "register the class with register_pytree_node and an unflatten function "
+                    "that calls its constructor instead"
+                ) from e
             attrs = getattr(obj, "__dict__", None)
             if type(attrs) is dict:
                 # Writing the instance dict directly: no __setattr__ (frozen dataclasses), no
@@ -592,6 +601,7 @@ def register_dataclass(
     Raises:
       ValueError: only one of data_fields/meta_fields given for a non-dataclass; a field is in
         two of the lists; a dataclass field is in none of them; a name is not a field.
+      TypeError (later, when a node is rebuilt): the class's ``__new__`` needs arguments.
     """
     if not isinstance(nodetype, type):
         raise TypeError(f"register_dataclass expects a class, got {nodetype!r}")

@@ -124,7 +124,9 @@ class PyTreeDef:
           ValueError: the number of leaves differs from ``num_leaves`` (both counts are named).
         """
         if type(leaves) is list:
-            items: list[Any] = leaves
+            # A copy (as jax and optree copy the leaves into their own buffer): an unflatten
+            # function that changes the caller's list cannot change the tree being built.
+            items: list[Any] = leaves[:]
             sized = True
         elif hasattr(type(leaves), "__len__"):
             sized = True
