@@ -220,7 +220,7 @@ def test_register_dataclass_with_a_new_that_needs_arguments_says_so_when_rebuilt
         msg = str(info.value)
         assert "register_dataclass" in msg and "Strict.__new__(cls) failed" in msg
         assert "register_pytree_node" in msg  # what to do instead
-        assert isinstance(info.value.__cause__, TypeError)
+        assert "required positional argument" in msg  # and Python's own words
 
 
 def test_register_dataclass_drop_fields() -> None:
