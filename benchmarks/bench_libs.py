@@ -13,7 +13,7 @@ Semantics notes carried into the report:
 - dm-tree has no structure object: ``flatten`` and ``leaves`` both map to ``tree.flatten``
   (which returns the leaves only), ``unflatten`` to ``tree.unflatten_as(tree, leaves)``;
   ``structure``, ``treedef_eq``, ``treedef_hash`` and ``reduce`` are n/a.  It cannot register
-  custom nodes, so the dataclass tree is n/a.
+  custom nodes, so the dataclass and module trees are n/a.
 - torch.utils._pytree has no ``tree_reduce``: ``reduce`` is n/a.
 - spruce caches a PyTreeDef's hash after the first ``hash()``: ``treedef_hash`` (the same
   PyTreeDef hashed repeatedly, as a dict lookup does) times the cached path for spruce.

@@ -349,12 +349,17 @@ def markdown(res: Results, chart_name: str | None) -> str:
         "- Nearest equivalents: dm-tree `flatten`/`leaves` → `tree.flatten` (leaves only, no structure object), "
         "`unflatten` → `tree.unflatten_as(tree, leaves)`, `map`/`map2` → `map_structure`, `flatten_with_path` → "
         "`flatten_with_path`; it has no structure object, fold or custom nodes (n/a). torch.utils._pytree has no "
-        "fold (n/a). optree calls on the dataclass tree pass the registration namespace.",
+        "fold (n/a). optree calls on the dataclass and module trees pass the registration namespace.",
         "- None: a leafless node in spruce, jax and optree; a leaf in dm-tree and torch (they see more leaves in "
         "`opt_state`).",
         "- The dataclass tree registers the same classes with each library's API: `spruce.tree.register_dataclass`, "
         "`jax.tree_util.register_dataclass`, `optree.register_pytree_node` (namespace), "
         "`torch.utils._pytree.register_pytree_node` (with `flatten_with_keys_fn`).",
+        "- The module tree is made of `spruce.Module` subclasses (Linear, LayerNorm, Block, Model; sizes and `eps` "
+        "are static fields). spruce registers them itself, with jax.tree_util too (the Module layer's import hook); "
+        "the uncompiled build gets the same node functions Module makes; optree and torch get the same `__dict__` "
+        "reads and writes through their registration APIs. Flattening a module runs its (Python) node function "
+        "in every library, so this tree times that call as much as the library.",
     ]
     for tree, fails in res.default_limit_failures.items():
         if fails:

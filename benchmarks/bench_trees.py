@@ -14,6 +14,7 @@ through that peer's own API.
 
 from __future__ import annotations
 
+import sys
 from collections import namedtuple
 from dataclasses import dataclass
 from functools import lru_cache
@@ -345,8 +346,9 @@ def _register_modules(lib: str, mod: Any) -> None:
         if lib == "spruce":
             from spruce._module._module import _make_node_functions
 
-            flatten, flatten_with_keys, unflatten = _make_node_functions(cls, cls._spruce_fields)
-            mod.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+            flatten, unflatten, keys = _make_node_functions(cls, cls._spruce_fields)
+            registry = sys.modules[mod.__name__.rsplit(".", 1)[0] + "._tree._registry"]
+            registry.register_with_fixed_keys(cls, flatten, unflatten, keys)
             continue
 
         def flat(x: Any, data: tuple[str, ...] = data, static: tuple[str, ...] = static) -> tuple[list[Any], tuple[Any, ...]]:

@@ -223,6 +223,23 @@ def test_register_dataclass_with_a_new_that_needs_arguments_says_so_when_rebuilt
         assert "required positional argument" in msg  # and Python's own words
 
 
+def test_fixed_keys_registration_gives_paths_and_checks_the_child_count() -> None:
+    # the engine-internal registration spruce.Module uses: key paths without flatten_with_keys
+    from spruce._tree._registry import register_with_fixed_keys
+
+    class Fixed:
+        def __init__(self, *items: Any) -> None:
+            self.items = items
+
+    register_with_fixed_keys(Fixed, lambda x: (list(x.items), None), lambda aux, ch: Fixed(*ch), [st.GetAttrKey("u"), st.GetAttrKey("v")])
+    leaves = st.leaves_with_path({"k": Fixed(1, 2)})
+    assert [(st.keystr(p), v) for p, v in leaves] == [("['k'].u", 1), ("['k'].v", 2)]
+    assert st.map(lambda v: v * 10, Fixed(1, 2)).items == (10, 20)
+    assert st.leaves(Fixed(1, 2, 3)) == [1, 2, 3]  # keys are only read for paths
+    with pytest.raises(TypeError, match="returned 3 children, but the class was registered with 2 keys"):
+        st.leaves_with_path(Fixed(1, 2, 3))
+
+
 def test_register_dataclass_drop_fields() -> None:
     @dataclasses.dataclass
     class WithCache:

@@ -8,6 +8,7 @@ import warnings
 from typing import Any, Callable, dataclass_transform
 
 from .. import tree as _tree
+from .._tree._registry import register_with_fixed_keys as _register_with_fixed_keys
 from . import _jax_hook
 from ._arrays import array_summary, is_array
 from ._field import CONVERTER, STATIC, field
@@ -19,34 +20,35 @@ from ._pretty import pformat
 _building: set[int] = set()
 
 
-class _ModuleAux:
-    """Node data of a Module: field names (children and static) and the static values.
+class _ModuleAux(tuple):  # type: ignore[type-arg]  # (dynamic names, static names, static values)
+    """Node data of a Module: the tuple ``(dynamic, static, values)`` (field names of the
+    children, field names and values of the static fields).
 
-    Prints as ``('weight', 'bias'), ('in_features',), (3,)`` so that a PyTreeDef reads
+    A tuple subclass, so that making, hashing and comparing one runs no Python code: spruce
+    hashes node data when it flattens, and jax.jit compares it on every call.  (A plain tuple
+    subclass, not a namedtuple: it is a leaf, never a pytree node.)  Equal when names and
+    values are equal; hashable when the values are (checked when the module is built).  Prints
+    as ``('weight', 'bias'), ('in_features',), (3,)`` so that a PyTreeDef reads
     ``CustomNode(Linear[('weight', 'bias'), ('in_features',), (3,)], [*, *])``, the layout of the
-    seed (equinox's).  Equal when names and values are equal; hashable when the values are
-    (checked when the module is built).
+    seed (equinox's).
     """
 
-    __slots__ = ("dynamic", "static", "values")
+    __slots__ = ()
 
-    def __init__(self, dynamic: tuple[str, ...], static: tuple[str, ...], values: tuple[Any, ...]) -> None:
-        self.dynamic = dynamic
-        self.static = static
-        self.values = values
+    @property
+    def dynamic(self) -> tuple[str, ...]:
+        return self[0]  # type: ignore[no-any-return]
 
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not _ModuleAux:
-            return False
-        if self.values is other.values:
-            return self.dynamic == other.dynamic and self.static == other.static
-        return bool(self.dynamic == other.dynamic and self.static == other.static and self.values == other.values)
+    @property
+    def static(self) -> tuple[str, ...]:
+        return self[1]  # type: ignore[no-any-return]
 
-    def __hash__(self) -> int:
-        return hash((self.dynamic, self.static, self.values))
+    @property
+    def values(self) -> tuple[Any, ...]:
+        return self[2]  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
-        return repr((self.dynamic, self.static, self.values))[1:-1]
+        return repr(tuple(self))[1:-1]
 
     __str__ = __repr__
 
@@ -69,7 +71,9 @@ class _Fields:
         self.fill: list[tuple[str, Any, Any]] = [(f.name, f.default, f.default_factory) for f in fields]
 
 
-def _make_node_functions(cls: type, info: _Fields) -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[[Any, Any], Any]]:
+def _make_node_functions(cls: type, info: _Fields) -> tuple[Callable[[Any], Any], Callable[[Any, Any], Any], tuple[Any, ...]]:
+    """``(flatten, unflatten, keys)`` of a Module class: the keys are the GetAttrKeys of its
+    dynamic fields, the same for every instance (``_registry.register_with_fixed_keys``)."""
     dynamic = info.dynamic
     static = info.static
     spruce_keys = tuple(_tree.GetAttrKey(n) for n in dynamic)
@@ -77,14 +81,7 @@ def _make_node_functions(cls: type, info: _Fields) -> tuple[Callable[[Any], Any]
 
     def flatten(x: Any) -> tuple[list[Any], _ModuleAux]:
         d = x.__dict__
-        return [d[n] for n in dynamic], _ModuleAux(dynamic, static, tuple([d[n] for n in static]))
-
-    def flatten_with_keys(x: Any) -> tuple[list[tuple[Any, Any]], _ModuleAux]:
-        d = x.__dict__
-        return (
-            [(k, d[n]) for k, n in zip(spruce_keys, dynamic)],
-            _ModuleAux(dynamic, static, tuple([d[n] for n in static])),
-        )
+        return [d[n] for n in dynamic], _ModuleAux((dynamic, static, tuple([d[n] for n in static])))
 
     def unflatten(aux: _ModuleAux, children: Any) -> Any:
         # Never runs __init__, converters or __check_init__: transforms rebuild modules with
@@ -93,11 +90,11 @@ def _make_node_functions(cls: type, info: _Fields) -> tuple[Callable[[Any], Any]
         od = obj.__dict__
         for n, c in zip(dynamic, children):
             od[n] = c
-        for n, v in zip(aux.static, aux.values):
+        for n, v in zip(aux[1], aux[2]):  # the static names and values
             od[n] = v
         return obj
 
-    return flatten, flatten_with_keys, unflatten
+    return flatten, unflatten, spruce_keys
 
 
 def _check_static(obj: Any, info: _Fields) -> None:
@@ -159,8 +156,8 @@ class _ModuleMeta(abc.ABCMeta):
         cls._spruce_custom_init = custom_init
         info = _Fields(cls)
         cls._spruce_fields = info
-        flatten, flatten_with_keys, unflatten = _make_node_functions(cls, info)
-        _tree.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+        flatten, unflatten, keys = _make_node_functions(cls, info)
+        _register_with_fixed_keys(cls, flatten, unflatten, keys)
         _jax_hook.register(cls, info.dynamic, flatten, unflatten)
         return cls
 

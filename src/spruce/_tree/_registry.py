@@ -76,6 +76,7 @@ class NodeInfo:
     meta_fields: tuple[str, ...]
     drop_defaults: list[tuple[str, Any, Any]]
     data_keys: list[Any]
+    fixed_keys: list[Any] | None  # key entries of every node's children (register_with_fixed_keys)
 
     def __init__(
         self,
@@ -99,6 +100,7 @@ class NodeInfo:
         self.meta_fields = meta_fields
         self.drop_defaults = drop_defaults if drop_defaults is not None else []
         self.data_keys = [GetAttrKey(f) for f in data_fields]
+        self.fixed_keys = None
 
     def flatten_node(self, x: Any) -> tuple[list[Any], Any]:
         """``(children, aux_data)`` of a CUSTOM node."""
@@ -129,7 +131,15 @@ class NodeInfo:
             return children, self.data_keys, meta
         if self.flatten_with_keys is None:
             children, aux = self.flatten_node(x)
-            return children, flat_index_keys(len(children)), aux
+            fixed = self.fixed_keys
+            if fixed is None:
+                return children, flat_index_keys(len(children)), aux
+            if len(fixed) != len(children):
+                raise TypeError(
+                    f"the flatten function registered for {qualified_name(self.nodetype)} returned "
+                    f"{len(children)} children, but the class was registered with {len(fixed)} keys"
+                )
+            return children, fixed, aux
         keyed, aux = _call_flatten(self, self.flatten_with_keys, x, "flatten_with_keys")
         children = []
         keys = []
@@ -549,6 +559,25 @@ def register_pytree_with_keys(
             flatten_with_keys=flatten_with_keys,
         )
     )
+
+
+def register_with_fixed_keys(
+    nodetype: type,
+    flatten_func: Callable[[Any], tuple[Iterable[Any], Any]],
+    unflatten_func: Callable[[Any, Iterable[Any]], Any],
+    keys: Iterable[Any],
+) -> None:
+    """Register ``nodetype`` as ``register_pytree_node`` does, for a class whose nodes always
+    have children with the key entries ``keys``: key paths come from ``flatten_func`` and the
+    stored keys, with no ``flatten_with_keys`` building (key, child) pairs on every call.
+
+    Internal (``spruce.Module`` registers its subclasses with it: the keys are the GetAttrKeys of
+    the dynamic fields); not part of ``spruce.tree``.  A flatten that returns another number of
+    children raises TypeError when key paths are asked for.
+    """
+    info = NodeInfo(nodetype, CUSTOM, MODE_FUNCS, flatten=flatten_func, unflatten=unflatten_func)
+    info.fixed_keys = list(keys)
+    _register(info)
 
 
 def register_pytree_node_class(cls: Any) -> Any:
