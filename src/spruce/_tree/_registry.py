@@ -195,6 +195,10 @@ class NodeInfo:
 def _call_flatten(info: NodeInfo, fn: Callable[[Any], Any] | None, x: Any, what: str) -> tuple[Any, Any]:
     assert fn is not None
     result = fn(x)
+    if type(result) is tuple and len(result) == 2:
+        first = result[0]
+        if type(first) is list or type(first) is tuple:  # the usual shapes: nothing to check
+            return first, result[1]
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         raise TypeError(
             f"the {what} function registered for {qualified_name(info.nodetype)} must return a "
