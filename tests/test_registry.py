@@ -438,6 +438,22 @@ def test_unregister_makes_instances_leaves_again_and_allows_reregistration() -> 
     st.unregister(Temp)
 
 
+def test_map_sees_a_registration_made_after_the_type_was_a_leaf() -> None:
+    # map (the uncompiled build's especially: it keeps a set of known leaf types) must not
+    # remember a type as a leaf once it is registered, nor as a node once it is unregistered
+    class Late:
+        def __init__(self, v: Any) -> None:
+            self.v = v
+
+    tree = [Late(1), [Late(2)]]
+    assert st.map(lambda x: type(x).__name__, tree) == ["Late", ["Late"]]
+    st.register_pytree_node(Late, lambda t: ((t.v,), None), lambda a, c: Late(c[0]))
+    out = st.map(lambda x: x * 10, tree)
+    assert [out[0].v, out[1][0].v] == [10, 20]
+    st.unregister(Late)
+    assert st.map(lambda x: type(x).__name__, tree) == ["Late", ["Late"]]
+
+
 def test_racing_registrations_of_one_type_exactly_one_wins() -> None:
     class Contested:
         pass
