@@ -88,6 +88,7 @@ class PyTreeDef:
     _hash: int
     _hashed: bool
     _nodes: list[int] | None  # positions of the non-leaf codes; made on first unflatten
+    _calls_out: bool  # unflatten runs code of the user's (registered or namedtuple nodes); ditto
 
     def __init__(self, codes: list[int], data: list[Any], num_leaves: int, none_is_leaf: bool) -> None:
         self._codes = codes
@@ -97,6 +98,7 @@ class PyTreeDef:
         self._hash = 0
         self._hashed = False
         self._nodes = None
+        self._calls_out = False
 
     # -- sizes -----------------------------------------------------------------------------
 
@@ -124,9 +126,7 @@ class PyTreeDef:
           ValueError: the number of leaves differs from ``num_leaves`` (both counts are named).
         """
         if type(leaves) is list:
-            # A copy (as jax and optree copy the leaves into their own buffer): an unflatten
-            # function that changes the caller's list cannot change the tree being built.
-            items: list[Any] = leaves[:]
+            items: list[Any] = leaves
             sized = True
         elif hasattr(type(leaves), "__len__"):
             sized = True
@@ -150,7 +150,17 @@ class PyTreeDef:
         if nodes is None:
             codes = self._codes
             nodes = [i for i in range(len(codes)) if codes[i] != LEAF]
+            for i in nodes:
+                kind = codes[i] & MASK
+                if kind == CUSTOM or kind == NAMEDTUPLE:
+                    self._calls_out = True
+                    break
             self._nodes = nodes
+        if items is leaves and self._calls_out:
+            # A copy (jax and optree copy the leaves into their own buffer too) when the build
+            # runs the user's code: an unflatten function that changes the caller's list cannot
+            # change the tree being built.  Trees of built-in nodes run none, and skip the copy.
+            items = items[:]
         return unflatten_table(self._codes, self._data, nodes, items)
 
     def flatten_up_to(self, tree: Any) -> list[Any]:
