@@ -528,6 +528,34 @@ def test_items_appended_by_a_callback_are_not_walked() -> None:
     assert grown == [1, 2, 9, 9]
 
 
+def test_a_registered_nodes_own_children_list_is_walked_as_a_list_is() -> None:
+    # a flatten function may hand out the list the node holds: items a callback appends are
+    # not walked, and removing items raises, exactly as for a list node
+    class Bag:
+        def __init__(self, items: list[object]) -> None:
+            self.items = items
+
+    st.register_pytree_node(Bag, lambda b: (b.items, None), lambda aux, ch: Bag(list(ch)))
+    grown = Bag([1, 2, 3])
+    out = st.map(lambda x: (grown.items.append(0), x)[1], grown)
+    assert out.items == [1, 2, 3]
+    shrunk = Bag([1, 2, 3])
+    with pytest.raises(RuntimeError, match="changed size while it was being walked"):
+        st.map(lambda x: (shrunk.items.clear(), x)[1], shrunk)
+
+
+def test_is_leaf_sees_every_object_once_at_any_depth() -> None:
+    # the uncompiled map hands subtrees below 16 levels to another walker: is_leaf must still
+    # be asked once per object, so a stateful predicate gives the same answer as compiled
+    tree: object = 0
+    for _ in range(40):
+        tree = [tree]
+    seen: list[int] = []
+    out = st.map(lambda x: x, tree, is_leaf=lambda x: bool(seen.append(id(x))))
+    assert len(seen) == 41 and len(set(seen)) == 41
+    assert st.leaves(out) == [0]
+
+
 @pytest.mark.parametrize("two_trees", [False, True], ids=["map", "map2"])
 def test_a_list_shrunk_by_a_callback_raises_a_clear_error(two_trees: bool) -> None:
     victim = [1, 2, 3]

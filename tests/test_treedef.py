@@ -347,6 +347,25 @@ def test_list_node_data_is_rejected_or_snapshotted() -> None:
     assert h_after == h_before
 
 
+def test_node_data_with_a_broken_str_still_flattens_and_maps() -> None:
+    class Broken:  # unhashable (eq without hash), and its str raises
+        def __eq__(self, other: object) -> bool:
+            return other is self
+
+        def __str__(self) -> str:
+            raise RuntimeError("no str")
+
+        __repr__ = __str__
+        __hash__ = None  # type: ignore[assignment]
+
+    aux = Broken()
+    treedef = st.structure(HoldsAux(1, aux))
+    assert "str failed: RuntimeError" in repr(treedef)
+    assert st.map(lambda x: x + 1, HoldsAux(1, aux)).child == 2
+    with pytest.raises(TypeError, match="not hashable"):
+        hash(treedef)
+
+
 def test_list_in_dataclass_static_field_is_rejected_or_snapshotted() -> None:
     import dataclasses
 

@@ -52,7 +52,9 @@ def keys_text(keys: Any) -> str:
 
 
 def child_key(node: Any, index: int, none_is_leaf: bool) -> Any:
-    """The key entry of child ``index`` of ``node`` (error paths only)."""
+    """The key entry of child ``index`` of ``node`` (error paths only; -1: not known)."""
+    if index < 0:
+        return "[<unknown child>]"
     try:
         keys = expand_with_keys(node, none_is_leaf)[3]
         return keys[index]
@@ -182,7 +184,7 @@ def positions_by_identity(nodes: list[Any], none_is_leaf: bool) -> list[int]:
     (the uncompiled map's recursion keeps its ancestors, not their indices): each node is looked
     up by identity among its parent's children.  A node that is twice among its siblings gets
     the first position, which names the same object; one not found (a flatten function that
-    makes new children on every call) gets a position ``child_key`` shows as unknown.
+    makes new children on every call) gets position 0, which ``child_key`` shows as unknown.
     """
     positions = [0]
     for i in range(1, len(nodes)):
@@ -191,7 +193,7 @@ def positions_by_identity(nodes: list[Any], none_is_leaf: bool) -> list[int]:
         except Exception:
             children = []
         node = nodes[i]
-        at = len(children) + 1
+        at = 0  # not found: child_key shows it as unknown
         for j in range(len(children)):
             if children[j] is node:
                 at = j + 1

@@ -43,6 +43,8 @@ def map1(f: Callable[..., Any], tree: Any, is_leaf: Callable[[Any], Any] | None,
     ancestors: list[Any] = [None] * RECURSE  # ancestors[d]: the node being walked at depth d
 
     def m(x: Any, depth: int) -> Any:
+        if depth == RECURSE:  # first, so that is_leaf sees x once (_walk_deep asks it)
+            return _walk_deep(f, x, is_leaf, none_is_leaf, ancestors, depth)
         if is_leaf is not None and is_leaf(x):
             return f(x)
         t = type(x)
@@ -50,19 +52,17 @@ def map1(f: Callable[..., Any], tree: Any, is_leaf: Callable[[Any], Any] | None,
             return f(x)
         if x is None:
             return f(x) if none_is_leaf else None
-        if depth == RECURSE:
-            return _walk_deep(f, x, is_leaf, none_is_leaf, ancestors, depth)
         ancestors[depth] = x
         d = depth + 1
         if t is dict:
-            try:
-                order = sorted(x)
-            except TypeError:
-                order = sorted_keys(x)
-            # The values in key order, read when the dict is entered (so is the copy, which
-            # keeps its insertion order and key objects; ``update`` puts the outputs in place).
-            values = itemgetter(*order)(x) if len(order) > 1 else [x[k] for k in order]
+            # The copy keeps the insertion order and key objects of the dict as it is entered
+            # (before any key's __lt__ runs); ``update`` puts the outputs in place.
             rebuilt = x.copy()
+            try:
+                order = sorted(rebuilt)
+            except TypeError:
+                order = sorted_keys(rebuilt)
+            values = itemgetter(*order)(rebuilt) if len(order) > 1 else [rebuilt[k] for k in order]
             if is_leaf is None:
                 rebuilt.update(zip(order, [f(c) if type(c) in LEAF_TYPES else m(c, d) for c in values]))
             else:
@@ -91,9 +91,15 @@ def map1(f: Callable[..., Any], tree: Any, is_leaf: Callable[[Any], Any] | None,
             # The registration's own flatten and unflatten (and their checks), without the
             # CustomData a PyTreeDef needs (which hashes the aux data).
             ch, aux = info.flatten_node(x)
+            # ch may be a list the node itself holds: walked as it is now, as a list node is
+            n = len(ch)
             if is_leaf is None:
-                return info.unflatten_node(aux, [f(c) if type(c) in LEAF_TYPES else m(c, d) for c in ch])
-            return info.unflatten_node(aux, [m(c, d) for c in ch])
+                outs = [f(c) if type(c) in LEAF_TYPES else m(c, d) for c in islice(ch, n)]
+            else:
+                outs = [m(c, d) for c in islice(ch, n)]
+            if len(outs) != n:
+                raise changed_size(ch, n)
+            return info.unflatten_node(aux, outs)
         if kind == NAMEDTUPLE:
             if is_leaf is None:
                 return t(*[f(c) if type(c) in LEAF_TYPES else m(c, d) for c in x])

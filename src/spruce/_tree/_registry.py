@@ -310,7 +310,10 @@ class CustomData:
             self.aux_str = None
         except Exception:
             self.aux_hash = -1
-            self.aux_str = str(aux)
+            try:
+                self.aux_str = str(aux)
+            except Exception as e:  # a broken __str__ must not stop the walk
+                self.aux_str = f"<{type(aux).__name__} object (str failed: {type(e).__name__})>"
 
     def _check(self) -> None:
         if self.aux_str is not None:
