@@ -206,9 +206,7 @@ def cycle_error_below(
     ancestors: list[Any], base: int, nodes: list[Any], positions: list[int], none_is_leaf: bool
 ) -> ValueError:
     """``cycle_error`` for a walk of a subtree whose root ``nodes[0]`` is at depth ``base``,
-    below ``ancestors[:base]`` (root first); ``base`` 0 means the walk started at the root."""
-    if base == 0:
-        return cycle_error(nodes, positions, none_is_leaf)
+    below ``ancestors[:base]`` (root first): the uncompiled map's handoff from its recursion."""
     full = ancestors[:base] + nodes
     return cycle_error(full, positions_by_identity(full[: base + 1], none_is_leaf) + positions[1:], none_is_leaf)
 
