@@ -6,6 +6,7 @@ import builtins
 import functools
 from typing import Any, Callable, Iterable
 
+from ._exceptions import TransposeError
 from ._registry import LEAF, SHIFT, expand, expand_with_keys, lookup
 from ._traverse import IsLeaf, flatten, iter_leaves, leaves, map, structure
 from ._treedef import PyTreeDef, flatten_up_to
@@ -108,8 +109,8 @@ def transpose(outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None, pytree_
     the input is checked against outer∘inner node by node, not just by its leaf count.
 
     Raises:
-      ValueError: the tree is not outer∘inner (naming the key path and both sides), or
-        inner_treedef is None and outer has no leaves.
+      ValueError: the tree is not outer∘inner (naming the key path and both sides; also a
+        TypeError, which is what JAX raises), or inner_treedef is None and outer has no leaves.
 
     >>> outer = structure([0, 0, 0])
     >>> inner = structure((0, 0))
@@ -126,9 +127,12 @@ def transpose(outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None, pytree_
             raise ValueError("transpose: cannot infer inner_treedef when outer_treedef has no leaves")
         inner_treedef = structure(subtrees[0], none_is_leaf=outer_treedef.none_is_leaf)
     composed = outer_treedef.compose(inner_treedef)
-    flat = flatten_up_to(
-        composed, pytree_to_transpose, "transpose", f"the tree (expected outer∘inner = {composed!r})"
-    )
+    try:
+        flat = flatten_up_to(
+            composed, pytree_to_transpose, "transpose", f"the tree (expected outer∘inner = {composed!r})"
+        )
+    except ValueError as e:  # JAX raises TypeError here: an error that is both (see _exceptions)
+        raise TransposeError(str(e)) from None
     no = outer_treedef.num_leaves
     ni = inner_treedef.num_leaves
     columns = [outer_treedef.unflatten([flat[i * ni + j] for i in range(no)]) for j in range(ni)]

@@ -18,6 +18,7 @@ import threading
 from collections import OrderedDict, defaultdict, deque
 from typing import Any, Callable, Final, Iterable
 
+from ._exceptions import FlattenResultError, RegisterDataclassError
 from ._keys import GetAttrKey, dict_keys, flat_index_keys, sequence_keys
 
 # ---------------------------------------------------------------------------------------------
@@ -200,7 +201,7 @@ def _call_flatten(info: NodeInfo, fn: Callable[[Any], Any] | None, x: Any, what:
         if type(first) is list or type(first) is tuple:  # the usual shapes: nothing to check
             return first, result[1]
     if not isinstance(result, (tuple, list)) or len(result) != 2:
-        raise TypeError(
+        raise FlattenResultError(
             f"the {what} function registered for {qualified_name(info.nodetype)} must return a "
             f"pair (children, aux_data); it returned {_short_type(result)}"
         )
@@ -208,7 +209,7 @@ def _call_flatten(info: NodeInfo, fn: Callable[[Any], Any] | None, x: Any, what:
     try:
         iter(children)
     except TypeError:
-        raise TypeError(
+        raise FlattenResultError(
             f"the {what} function registered for {qualified_name(info.nodetype)} returned "
             f"children of type {type(children).__name__}, which is not iterable; it must return "
             "(children, aux_data) with children a sequence"
@@ -635,8 +636,9 @@ def register_dataclass(
     Returns ``nodetype``.
 
     Raises:
-      ValueError: only one of data_fields/meta_fields given for a non-dataclass; a field is in
-        two of the lists; a dataclass field is in none of them; a name is not a field.
+      ValueError: only one of data_fields/meta_fields given, or neither for a class that is
+        not a dataclass (also a TypeError, as JAX raises); a field is in two of the lists; a
+        dataclass field is in none of them; a name is not a field.
       TypeError (later, when a node is rebuilt): the class's ``__new__`` needs arguments.
     """
     if not isinstance(nodetype, type):
@@ -649,7 +651,7 @@ def register_dataclass(
             fields_by_name[f.name] = f
     if data_fields is None and meta_fields is None:
         if not is_dc:
-            raise ValueError(
+            raise RegisterDataclassError(
                 f"register_dataclass({qualified_name(nodetype)}): data_fields and meta_fields can "
                 "only be inferred for a dataclass; pass them explicitly"
             )
@@ -660,7 +662,7 @@ def register_dataclass(
             n for n, f in fields_by_name.items() if f.metadata.get("static", False) and n not in drop
         )
     elif data_fields is None or meta_fields is None:
-        raise ValueError(
+        raise RegisterDataclassError(
             f"register_dataclass({qualified_name(nodetype)}): pass both data_fields and "
             "meta_fields, or neither (to infer them from the dataclass fields)"
         )
