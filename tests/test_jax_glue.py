@@ -11,9 +11,13 @@ import functools
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 import pytest
 
+import spruce
+import spruce.jax as sjax
 import spruce.tree as st
 import spruce.tree_util as stu
 
@@ -142,3 +146,110 @@ def test_register_dataclass_bad_fields_is_caught_as_jax_would(fields: tuple[Any,
         st.register_dataclass(Plain, *fields)
     assert isinstance(ours.value, ValueError)
     assert not st.is_tree_node(Plain)
+
+
+# ------------------------------------------------------- keyword names of the user's function
+
+
+def _loss(w: Any, *, x: Any, f: Any = None, fun: Any = None, args: Any = 1.0, kwargs: Any = 1.0) -> Any:
+    return jnp.sum((w["a"] * x) ** 2) * args * kwargs + (0.0 if f is None else f)
+
+
+KEYWORDS = {"x": jnp.array([1.0, 2.0]), "f": 0.5, "fun": "s", "args": 2.0, "kwargs": 3.0}
+
+
+def test_filter_grad_passes_any_keyword_through() -> None:
+    w = {"a": jnp.array(3.0), "n": 4}
+    g = sjax.filter_grad(_loss)(w, **KEYWORDS)
+    # d/da sum((a x)^2) * 6 = 12 a sum(x^2) = 12 * 3 * 5
+    assert g["n"] is None
+    np.testing.assert_allclose(g["a"], 180.0, rtol=1e-6)
+    (value, g2) = sjax.filter_value_and_grad(_loss)(w, **KEYWORDS)
+    np.testing.assert_allclose(value, 9.0 * 5 * 6 + 0.5, rtol=1e-6)
+    np.testing.assert_allclose(g2["a"], 180.0, rtol=1e-6)
+
+
+def test_filter_grad_needs_a_positional_argument() -> None:
+    with pytest.raises(TypeError, match="filter_grad: .* first positional argument; none was given"):
+        sjax.filter_grad(_loss)(w={"a": jnp.ones(())}, x=jnp.ones(2))
+
+
+class _Scale(spruce.Module):
+    s: jax.Array
+
+    def __call__(self, y: Any, *, f: Any, x: Any) -> Any:
+        return self.s * y + f + x
+
+
+def test_filter_jit_passes_any_keyword_through() -> None:
+    jitted = sjax.filter_jit(_loss)
+    w = {"a": jnp.array(3.0), "n": 4}
+    np.testing.assert_allclose(jitted(w, **KEYWORDS), 9.0 * 5 * 6 + 0.5, rtol=1e-6)
+    # a Module as the function: its own call receives keywords named like filter_jit's helpers
+    m = sjax.filter_jit(_Scale(jnp.array(2.0)))
+    np.testing.assert_allclose(m(jnp.array(1.0), f=jnp.array(10.0), x=100.0), 112.0, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------- donation
+
+
+@pytest.mark.parametrize(
+    "option",
+    ["static_argnums", "static_argnames", "donate_argnums", "donate_argnames", "in_shardings", "out_shardings"],
+)
+def test_filter_jit_refuses_options_that_count_positions(option: str) -> None:
+    with pytest.raises(TypeError, match=f"filter_jit does not take {option}=: jax.jit would apply it"):
+        sjax.filter_jit(_loss, **{option: 0})
+    with pytest.raises(TypeError, match=f"does not take {option}="):
+        sjax.filter_jit(**{option: 0})  # as a decorator factory: refused at once
+
+
+def test_filter_jit_donate_must_be_one_of_three() -> None:
+    with pytest.raises(ValueError, match="donate must be one of 'none', 'all', 'all-except-first', got 'first'"):
+        sjax.filter_jit(_loss, donate="first")
+
+
+def _step(params: Any, grads: Any, lr: float) -> Any:
+    # one output per input array, of the same shape: XLA can reuse every donated buffer (it
+    # keeps the ones it cannot reuse alive, so a test with fewer outputs would not see them go)
+    return jax.tree.map(lambda p, g: p - lr * g, params, grads), jax.tree.map(lambda g: g * lr, grads)
+
+
+def _fresh() -> tuple[Any, Any]:
+    params = {"w": jnp.arange(4.0), "b": jnp.ones(3)}
+    grads = {"w": jnp.full(4, 2.0), "b": jnp.full(3, 4.0)}
+    return params, grads
+
+
+@pytest.mark.parametrize(
+    "donate,params_deleted,grads_deleted",
+    [("none", False, False), ("all", True, True), ("all-except-first", False, True)],
+)
+def test_filter_jit_donates_by_argument(donate: str, params_deleted: bool, grads_deleted: bool) -> None:
+    step = sjax.filter_jit(_step, donate=donate)
+    params, grads = _fresh()
+    out, half = step(params, grads, 0.5)  # warnings are errors here: JAX's is hidden
+    np.testing.assert_allclose(out["w"], [-1.0, 0.0, 1.0, 2.0])
+    np.testing.assert_allclose(out["b"], [-1.0, -1.0, -1.0])
+    np.testing.assert_allclose(half["b"], [2.0, 2.0, 2.0])
+    assert [a.is_deleted() for a in st.leaves(params)] == [params_deleted] * 2
+    assert [a.is_deleted() for a in st.leaves(grads)] == [grads_deleted] * 2
+    # a second call with fresh arrays (the cached entry) donates the same way
+    params, grads = _fresh()
+    step(params, grads, 0.5)
+    assert [a.is_deleted() for a in st.leaves((params, grads))] == [params_deleted] * 2 + [grads_deleted] * 2
+
+
+def test_filter_jit_donation_with_a_module_as_the_function() -> None:
+    class Shift(spruce.Module):
+        s: jax.Array
+
+        def __call__(self, a: Any, b: Any) -> Any:
+            return a + self.s, b - self.s, self.s * 2
+
+    for donate, deleted in [("all", [True, True, True]), ("all-except-first", [False, False, True])]:
+        m = Shift(jnp.ones(2))
+        a, b = jnp.zeros(2), jnp.zeros(2)
+        out = sjax.filter_jit(m, donate=donate)(a, b)
+        np.testing.assert_allclose(out[0], [1.0, 1.0])
+        assert [m.s.is_deleted(), a.is_deleted(), b.is_deleted()] == deleted

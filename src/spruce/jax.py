@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import operator
 import types
+import warnings
 from typing import Any, Callable, Hashable
 
 import jax
@@ -389,9 +390,20 @@ class _Entry:
 
 
 def _new_entry(
-    fun: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], dyn: list[Any], jit_kwargs: dict[str, Any]
+    fun: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dyn: list[Any],
+    jit_kwargs: dict[str, Any],
+    donate: str,
+    kept: int,
 ) -> _Entry:
-    """The cache entry for arguments whose walk gave ``dyn`` (a cache miss)."""
+    """The cache entry for arguments whose walk gave ``dyn`` (a cache miss).
+
+    ``donate`` is filter_jit's argument; with "all-except-first", the array leaves of the first
+    ``kept + 1`` positional arguments are not donated (``kept`` is 1 when ``args[0]`` is the
+    function itself, a Module).
+    """
     leaves, treedef = _tree.flatten((args, kwargs))
     dyn_check, static = _split(leaves)
     if len(dyn_check) != len(dyn) or any(a is not b for a, b in zip(dyn_check, dyn)):
@@ -400,6 +412,12 @@ def _new_entry(
             "spruce.tree.flatten; was a Module class or namedtuple type registered or "
             "unregistered after filter_jit first saw one of its instances?"
         )
+    if donate != "none":
+        first = 0  # array leaves (in dyn order) that are not donated
+        if donate == "all-except-first":
+            for a in args[: kept + 1]:
+                first += len(_split(_tree.leaves(a))[0])
+        jit_kwargs = {**jit_kwargs, "donate_argnums": tuple(range(first, len(dyn)))}
     return _Entry(fun, treedef, static, jit_kwargs, nested=False)
 
 
@@ -433,11 +451,25 @@ def _arrays_only(x: Any) -> bool:
     return False
 
 
-def _call_first(f: Any, *args: Any, **kwargs: Any) -> Any:
+def _call_first(f: Any, /, *args: Any, **kwargs: Any) -> Any:
     return f(*args, **kwargs)
 
 
-def filter_jit(fun: Callable[..., Any] | None = None, **jit_kwargs: Any) -> Any:
+# jax.jit options whose meaning depends on argument positions or on the output's structure:
+# jax.jit would see filter_jit's list of array leaves, not the user's arguments.
+_POSITIONAL_JIT_OPTIONS = {
+    "static_argnums": "every non-array leaf is already static; pass a Python value or mark a Module field static",
+    "static_argnames": "every non-array leaf is already static; pass a Python value or mark a Module field static",
+    "donate_argnums": 'use donate="all" or donate="all-except-first"',
+    "donate_argnames": 'use donate="all" or donate="all-except-first"',
+    "in_shardings": "place the arrays with jax.device_put (or spruce.sharding) before the call",
+    "out_shardings": "apply jax.lax.with_sharding_constraint to the output inside the function",
+}
+_DONATE = ("none", "all", "all-except-first")
+_DONATION_WARNING = "Some donated buffers were not usable"
+
+
+def filter_jit(fun: Callable[..., Any] | None = None, *, donate: str = "none", **jit_kwargs: Any) -> Any:
     """Compile ``fun`` with ``jax.jit``, tracing only the array leaves of its arguments.
 
     Args:
@@ -445,9 +477,17 @@ def filter_jit(fun: Callable[..., Any] | None = None, **jit_kwargs: Any) -> Any:
         ``@filter_jit`` or ``@filter_jit(**jit_kwargs)``.  If ``fun`` is itself a pytree node
         (a Module with ``__call__``), its array leaves are traced too rather than baked into
         the compiled code as constants.
-      jit_kwargs: forwarded to ``jax.jit``, which sees a function of the array leaves of the
-        arguments as positional arguments, in ``spruce.tree.flatten((args, kwargs))`` order
-        (so ``donate_argnums`` counts array leaves, not arguments).
+      donate: which input buffers XLA may reuse for the outputs (``jax.jit``'s donation, by
+        argument as Equinox's ``filter_jit``): ``"none"`` (default), ``"all"`` (every array
+        leaf of the arguments, and of ``fun`` itself if it is a Module), or
+        ``"all-except-first"`` (all but those of the first positional argument, and never
+        ``fun``'s own).  A donated array is deleted by the call (``x.is_deleted()``); reading it
+        afterwards raises.  JAX's warning about donated buffers it could not reuse is not shown.
+      jit_kwargs: other ``jax.jit`` options (e.g. ``keep_unused``, ``inline``,
+        ``compiler_options``), forwarded as they are.  The options that count positions
+        (``static_argnums``, ``static_argnames``, ``donate_argnums``, ``donate_argnames``,
+        ``in_shardings``, ``out_shardings``) are refused: jax.jit would apply them to
+        filter_jit's list of array leaves, not to the arguments.
 
     Returns:
       A function with ``fun``'s signature (usable as a method: it binds like any function).
@@ -457,9 +497,10 @@ def filter_jit(fun: Callable[..., Any] | None = None, **jit_kwargs: Any) -> Any:
       leaves as the Python objects the trace produced.
 
     Raises:
-      TypeError: ``fun`` is not callable; a static leaf of the arguments is not hashable.
-      ValueError: two traces for the same arguments (same shapes and dtypes) returned
-        different non-array outputs.
+      TypeError: ``fun`` is not callable; a static leaf of the arguments is not hashable; one
+        of the refused ``jax.jit`` options above is given (the message says what to use).
+      ValueError: ``donate`` is not one of the three strings; two traces for the same arguments
+        (same shapes and dtypes) returned different non-array outputs.
 
     The call never waits for the computation: like ``jax.jit`` it returns as soon as the work is
     dispatched (JAX's asynchronous dispatch); block with ``jax.block_until_ready``.
@@ -479,8 +520,16 @@ def filter_jit(fun: Callable[..., Any] | None = None, **jit_kwargs: Any) -> Any:
     Follows equinox.filter_jit, except that it never blocks on the result (equinox's does, on
     every call) and static leaves are keyed with their type.
     """
+    for name in jit_kwargs:
+        if name in _POSITIONAL_JIT_OPTIONS:
+            raise TypeError(
+                f"filter_jit does not take {name}=: jax.jit would apply it to the list of array "
+                f"leaves that filter_jit compiles, not to your arguments; {_POSITIONAL_JIT_OPTIONS[name]}"
+            )
+    if donate not in _DONATE:
+        raise ValueError(f"filter_jit: donate must be one of {', '.join(map(repr, _DONATE))}, got {donate!r}")
     if fun is None:
-        return lambda f: filter_jit(f, **jit_kwargs)
+        return lambda f: filter_jit(f, donate=donate, **jit_kwargs)
     if not callable(fun):
         raise TypeError(f"filter_jit: expected a function, got {type(fun).__name__}")
     cache: dict[tuple[Any, ...], Callable[..., Any]] = {}
@@ -494,9 +543,9 @@ def filter_jit(fun: Callable[..., Any] | None = None, **jit_kwargs: Any) -> Any:
     inner: Callable[..., Any] = _call_first if fun_is_tree else fun
 
     # Calls whose positional arguments are all arrays or None (and no keyword arguments) go
-    # straight to a jax.jit of fun: nothing to split, nothing to key.  Not with jit_kwargs
-    # (their argument numbers refer to array leaves), nor for a Module as the function.
-    direct: Any = None if (jit_kwargs or fun_is_tree) else _direct_jit(fun)
+    # straight to a jax.jit of fun: nothing to split, nothing to key.  Not with jit options or
+    # donation, nor for a Module as the function.
+    direct: Any = None if (jit_kwargs or donate != "none" or fun_is_tree) else _direct_jit(fun)
     direct_types = _DIRECT_TYPES
 
     # (key list, cache callable) of the last call: a repeated structure skips hashing the key.
@@ -507,7 +556,7 @@ def filter_jit(fun: Callable[..., Any] | None = None, **jit_kwargs: Any) -> Any:
         last[0] = (None, None)
         entry = entries.get(k)
         if entry is None:  # a new structure or new static leaves: compile
-            entry = _new_entry(inner, args, kwargs, dyn, jit_kwargs)
+            entry = _new_entry(inner, args, kwargs, dyn, jit_kwargs, donate, int(fun_is_tree))
             out, fast = entry.first_call(dyn)
             entries[k] = entry
             cache[k] = fast
@@ -566,6 +615,14 @@ def filter_jit(fun: Callable[..., Any] | None = None, **jit_kwargs: Any) -> Any:
         except _Restructure:
             return slow(tuple(key), args, kwargs, dyn)
 
+    if donate != "none":
+        plain = jitted
+
+        def jitted(*args: Any, **kwargs: Any) -> Any:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_DONATION_WARNING)
+                return plain(*args, **kwargs)
+
     if fun_is_tree:
 
         def jitted_module(*args: Any, **kwargs: Any) -> Any:
@@ -581,8 +638,15 @@ def _grad_wrapper(fun: Callable[..., Any], has_aux: bool, value: bool) -> Callab
     name = "filter_value_and_grad" if value else "filter_grad"
 
     @functools.wraps(fun)
-    def wrapper(x: Any, *args: Any, **kwargs: Any) -> Any:
-        diff, nondiff = partition(x, is_inexact_array)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        # (no named parameter of its own, so any keyword of ``fun`` passes through)
+        if not args:
+            raise TypeError(
+                f"{name}: the function is differentiated with respect to its first positional "
+                "argument; none was given"
+            )
+        diff, nondiff = partition(args[0], is_inexact_array)
+        args = args[1:]
 
         def f(d: Any) -> Any:
             return fun(combine(d, nondiff), *args, **kwargs)
@@ -604,8 +668,10 @@ def filter_grad(fun: Callable[..., Any], *, has_aux: bool = False) -> Callable[.
     ``filter_grad(f)(x, *args, **kwargs)`` differentiates ``f`` (which must return a real
     scalar, or ``(scalar, aux)`` with ``has_aux=True``) with respect to the inexact arrays of
     ``x`` (``spruce.is_inexact_array``); the gradient is a pytree like ``x`` with ``None`` at
-    every other leaf (integer arrays, Python numbers, functions...).  Other arguments are
-    passed through unchanged and not differentiated.  Follows equinox.filter_grad.
+    every other leaf (integer arrays, Python numbers, functions...).  Other arguments
+    (positional or keyword, with any name) are passed through unchanged and not
+    differentiated.  Raises TypeError if there is no positional argument.  Follows
+    equinox.filter_grad.
     """
     return _grad_wrapper(fun, has_aux, value=False)
 
