@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 from typing import Any
 
 import jax
@@ -253,3 +254,107 @@ def test_filter_jit_donation_with_a_module_as_the_function() -> None:
         out = sjax.filter_jit(m, donate=donate)(a, b)
         np.testing.assert_allclose(out[0], [1.0, 1.0])
         assert [m.s.is_deleted(), a.is_deleted(), b.is_deleted()] == deleted
+
+
+# ----------------------------------------------- tree_at: static fields and the frozen advice
+
+
+class _Cell(spruce.Module):
+    weight: Any
+    size: int = spruce.field(static=True)
+    act: str = spruce.field(static=True, default="relu")
+
+
+class _Stack(spruce.Module):
+    cells: list[Any]
+    n: int = spruce.field(static=True)
+
+
+def _stack() -> _Stack:
+    return _Stack([_Cell(jnp.ones(2), 2), _Cell(jnp.zeros(3), 3, "tanh")], 2)
+
+
+def _advice(assign: Any) -> str:
+    with pytest.raises(AttributeError) as info:
+        assign()
+    message = str(info.value)
+    assert "spruce.tree_at(lambda m: m." in message
+    return message
+
+
+@pytest.mark.parametrize("name,value", [("size", 7), ("act", "gelu"), ("weight", jnp.full(2, 5.0))])
+def test_frozen_module_advice_works(name: str, value: Any) -> None:
+    cell = _Cell(jnp.ones(2), 2)
+    message = _advice(lambda: setattr(cell, name, value))
+    assert f"spruce.tree_at(lambda m: m.{name}, module, new_value)" in message
+    # follow the advice as written
+    new = spruce.tree_at(lambda m: getattr(m, name), cell, value)
+    assert getattr(new, name) is value and type(new) is _Cell
+    assert getattr(cell, name) is not value  # the original is unchanged
+    other = {"size": 2, "act": "relu", "weight": cell.weight}
+    for n, v in other.items():
+        if n != name:
+            assert getattr(new, n) is v
+    assert _advice(lambda: delattr(cell, name))
+
+
+def test_tree_at_replaces_static_fields_in_nested_modules() -> None:
+    s = _stack()
+    new = spruce.tree_at(lambda t: (t.cells[1].act, t.cells[0].weight, t.n), s, ("gelu", jnp.ones(2) * 4, 9))
+    assert (new.n, new.cells[1].act, new.cells[1].size, new.cells[0].size) == (9, "gelu", 3, 2)
+    np.testing.assert_array_equal(new.cells[0].weight, [4.0, 4.0])
+    assert new.cells[1].weight is s.cells[1].weight and s.cells[1].act == "tanh" and s.n == 2
+    # the static values are node data: the structure shows them, the leaves do not change
+    assert st.leaves(new)[1] is s.cells[1].weight and len(st.leaves(new)) == 2
+    assert "gelu" in repr(st.structure(new)) and "gelu" not in repr(st.structure(s))
+    assert spruce.tree_at(lambda t: t.cells[0].size, s, replace_fn=lambda v: v * 10).cells[0].size == 20
+
+
+def test_tree_at_where_may_still_compute_with_static_fields() -> None:
+    s = _stack()
+    new = spruce.tree_at(lambda t: t.cells[t.n - 1].weight, s, jnp.ones(3))
+    np.testing.assert_array_equal(new.cells[1].weight, np.ones(3))
+
+
+def test_tree_at_static_field_errors() -> None:
+    s = _stack()
+    with pytest.raises(TypeError, match="_Cell.size is a static field but its value of type list is not hashable"):
+        spruce.tree_at(lambda t: t.cells[0].size, s, [1, 2])
+    with pytest.raises(ValueError, match="lies inside another selected place"):
+        spruce.tree_at(lambda t: (t.cells[0], t.cells[0].size), s, (1, 2))
+    with pytest.raises(ValueError, match="not a node or leaf of the tree"):
+        spruce.tree_at(lambda t: t.n * 2, s, 1)  # computed from a static field
+
+
+# ---------------------------------------------------------------- tree_at: linear in places
+
+
+def _calls_during(fn: Any) -> int:
+    """Python function calls made while ``fn()`` runs (a work count, machine-independent)."""
+    count = [0]
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            count[0] += 1
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return count[0]
+
+
+@pytest.mark.parametrize("where", ["leaves", "comprehension"])
+def test_tree_at_work_is_linear_in_the_number_of_places(where: str) -> None:
+    def work(n: int) -> int:
+        tree = [[float(i), (i, "s")] for i in range(n)]  # n parents, 2n leaves
+        if where == "leaves":
+            select: Any = st.leaves
+        else:
+            select = lambda t: [t[i][1][0] for i in range(n)]  # noqa: E731
+        return _calls_during(lambda: spruce.tree_at(select, tree, replace_fn=lambda v: v))
+
+    small, large = work(500), work(2000)
+    # 4x the places: 4x the calls, plus slack for constant costs (quadratic would be 16x)
+    assert 3.5 * small < large < 4.5 * small, (small, large)

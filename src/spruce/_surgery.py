@@ -10,7 +10,16 @@ operation to its stand-in.  So only the nodes on the paths ``where`` walks are t
 each once; the places ``where`` returns are place objects, one per position (two ``None`` s or
 two references to one array are different places); and the copy is rebuilt from the places
 up, unflattening only their ancestors with the children kept from the expansion.  Nothing else
-of the tree is visited.
+of the tree is visited, and every step is linear in the places and the nodes expanded: places
+are checked for nesting by walking up to the first ancestor already checked, and ancestors are
+rebuilt level by level, deepest first (each place and node knows its depth).
+
+Static fields of ``spruce.Module`` s are node data, not children, so the first stand-in shows
+them as their values (``where`` may compute with them, e.g. ``m.layers[m.n - 1]``).  When
+``where``'s result is not all places and the expanded nodes include Modules with static fields,
+``where`` runs once more on a stand-in whose Module static fields are places too; if that gives
+places, the static fields are replaced in the copy (checked to be hashable, as when a Module is
+built).  So ``tree_at(lambda m: m.in_features, linear, 5)`` works, as in Equinox.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import sys
 from typing import Any, Callable, Iterator
 
 from . import tree as _tree
+from ._module._module import _check_static, _ModuleMeta
 
 _NO_VALUE: Any = object()
 
@@ -26,11 +36,12 @@ IsLeaf = Callable[[Any], bool] | None
 
 
 class _Leaf:
-    """The place of a leaf (or of a subtree ``is_leaf`` accepts): opaque while ``where`` runs."""
+    """The place of a leaf (or of a subtree ``is_leaf`` accepts), or of a Module's static field
+    (``index`` is then the field's name): opaque while ``where`` runs."""
 
     __slots__ = ("_ta_real", "_ta_parent", "_ta_index")
 
-    def __init__(self, real: Any, parent: _Node | None, index: int) -> None:
+    def __init__(self, real: Any, parent: _Node | None, index: int | str) -> None:
         self._ta_real = real
         self._ta_parent = parent
         self._ta_index = index
@@ -46,13 +57,15 @@ class _Leaf:
 
 
 class _Call:
-    """What the places of one tree_at call share."""
+    """What the places of one run of ``where`` share."""
 
-    __slots__ = ("is_leaf", "book")
+    __slots__ = ("is_leaf", "book", "static_places", "saw_static")
 
-    def __init__(self, is_leaf: IsLeaf) -> None:
+    def __init__(self, is_leaf: IsLeaf, static_places: bool) -> None:
         self.is_leaf = is_leaf
         self.book: dict[int, _Node] = {}  # id(stand-in) -> the place it stands in for
+        self.static_places = static_places  # Module static fields are places in this run
+        self.saw_static = False  # a Module with static fields was expanded
 
 
 class _Expansion:
@@ -70,7 +83,7 @@ class _Expansion:
 class _Node:
     """The place of a pytree node; expands to a one-level stand-in when ``where`` looks in."""
 
-    __slots__ = ("_ta_real", "_ta_parent", "_ta_index", "_ta_call", "_ta_exp")
+    __slots__ = ("_ta_real", "_ta_parent", "_ta_index", "_ta_call", "_ta_exp", "_ta_depth")
 
     def __init__(self, real: Any, parent: _Node | None, index: int, call: _Call) -> None:
         self._ta_real = real
@@ -78,6 +91,7 @@ class _Node:
         self._ta_index = index
         self._ta_call = call
         self._ta_exp: _Expansion | None = None
+        self._ta_depth: int = 0 if parent is None else parent._ta_depth + 1
 
     def _ta_expanded(self) -> _Expansion:
         exp = self._ta_exp
@@ -94,6 +108,13 @@ class _Node:
                 else:
                     append(_Node(c, self, i, call))
             exp = self._ta_exp = _Expansion(children, treedef, places, treedef.unflatten(places))
+            static = _static_fields(self._ta_real)
+            if static:
+                call.saw_static = True
+                if call.static_places:  # (the stand-in is a new Module: writing to it is safe)
+                    d = exp.stand_in.__dict__
+                    for name in static:
+                        d[name] = _Leaf(d[name], self, name)
             # A stand-in with children is a new object, so `where` handing it back (a method
             # returning self) names this place.  A childless one may be a shared singleton.
             if places or self._ta_parent is None:
@@ -134,6 +155,14 @@ class _Node:
 
     def __repr__(self) -> str:
         return f"<tree_at place: {type(self._ta_real).__name__} node>"
+
+
+def _static_fields(x: Any) -> tuple[str, ...]:
+    """The static field names of a spruce Module (empty for anything else)."""
+    if isinstance(type(x), _ModuleMeta):
+        names: tuple[str, ...] = type(x)._spruce_fields.static
+        return names
+    return ()
 
 
 def _node_flatten(node: _Node) -> tuple[list[Any], Any]:
@@ -181,7 +210,8 @@ def tree_at(
         ``spruce.tree`` / ``jax.tree_util`` functions (``lambda m: spruce.tree.leaves(m)``).
         Selection is by position: two ``None`` s, two equal numbers or two references to one
         array at different places are different places.  A selected node may be a whole
-        subtree.  Static fields and node data are not places.
+        subtree.  A static field of a ``spruce.Module`` is a place too (then ``where`` runs
+        twice: see the module docstring); other node data is not.
       tree: the pytree (Modules are rebuilt without running ``__init__``).
       replace: the new value (one place) or a sequence of new values, one per place; a new
         value may have any structure.
@@ -195,19 +225,20 @@ def tree_at(
 
     Raises:
       ValueError: not exactly one of replace / replace_fn; ``where`` returned something that
-        is not a place in the tree (e.g. a static field, or a newly computed value); a place
-        selected twice or inside another selected place; ``replace`` length differs from the
-        number of places.
-      TypeError: ``where`` is not callable.  Errors raised inside ``where`` (e.g. computing
-        with a leaf, which is a placeholder there) propagate with a note.
+        is not a place in the tree (e.g. node data of a registered class, or a newly computed
+        value); a place selected twice or inside another selected place; ``replace`` length
+        differs from the number of places.
+      TypeError: ``where`` is not callable; a new value for a Module static field is not
+        hashable.  Errors raised inside ``where`` (e.g. computing with a leaf, which is a
+        placeholder there) propagate with a note.
 
     Cost: proportional to the nodes on the paths ``where`` walks (each is taken apart once,
-    with one place object per child) and to their ancestors rebuilt; the rest of the tree is
-    never visited (see the module docstring).  ``where`` sees the root rebuilt with place
+    with one place object per child) and to their ancestors rebuilt, linear in the number of
+    places; the rest of the tree is never visited (see the module docstring).  ``where`` sees the root rebuilt with place
     objects as children; a place of a node reports the node's class to ``isinstance``.
 
-    Follows equinox.tree_at, except that ``where`` runs on a lazily expanded stand-in rather
-    than on a full copy of the tree.
+    Follows equinox.tree_at (static fields of Modules included), except that ``where`` runs on
+    a lazily expanded stand-in rather than on a full copy of the tree.
 
     >>> tree_at(lambda t: t[1][0], [1, (2, 3)], 'x')
     [1, ('x', 3)]
@@ -220,58 +251,34 @@ def tree_at(
         raise TypeError(f"tree_at: where must be a function tree -> node(s), got {type(where).__name__}")
     _register_in_jax()
 
-    root: _Node | _Leaf
-    call = _Call(is_leaf)
-    if (is_leaf is not None and is_leaf(tree)) or not _tree.is_tree_node(type(tree)):
-        root = _Leaf(tree, None, 0)
-        stand_in: Any = root
-    else:
-        root = _Node(tree, None, 0, call)
-        stand_in = root._ta_expand()
     try:
-        selected = where(stand_in)
-    except Exception as e:
-        e.add_note(
-            "(tree_at runs `where` on a stand-in of the tree whose leaves are placeholders: "
-            "`where` must only select places by attribute / item access, not compute with leaves)"
-        )
-        raise
-
-    def as_place(x: Any) -> _Node | _Leaf | None:
-        t = type(x)
-        if t is _Node or t is _Leaf:
-            return x  # type: ignore[no-any-return]
-        return call.book.get(id(x))  # a stand-in: the root's, or one a node's method returned
-
-    one = as_place(selected)
-    if one is not None:
-        places: list[_Node | _Leaf] = [one]
-        single = True
-    elif isinstance(selected, (tuple, list)):
-        places = []
-        for p in selected:
-            q = as_place(p)
-            if q is None:
-                raise ValueError(_not_a_place(p))
-            places.append(q)
-        single = False
-    else:
-        raise ValueError(_not_a_place(selected))
+        places, single = _select(where, tree, is_leaf, static_places=False)
+    except _RetryWithStatic as retry:
+        try:
+            places, single = _select(where, tree, is_leaf, static_places=True)
+        except Exception:
+            raise retry.error from None  # static fields were not what `where` selected
 
     index: dict[int, int] = {}  # id(place) -> position in where's result
     for k, p in enumerate(places):
         if id(p) in index:
             raise ValueError(f"tree_at: where selected the same place twice (items {index[id(p)]} and {k})")
         index[id(p)] = k
+    # No place inside another: walk up from each place to the first ancestor already known to
+    # have no selected place above it (so each node is walked once in all).
+    clear: set[int] = set()
     for k, p in enumerate(places):
+        path: list[int] = []
         a = p._ta_parent
-        while a is not None:
+        while a is not None and id(a) not in clear:
             if id(a) in index:
                 raise ValueError(
                     f"tree_at: place {k} of where's result lies inside another selected place "
                     f"(place {index[id(a)]}); select either a node or its descendants, not both"
                 )
+            path.append(id(a))
             a = a._ta_parent
+        clear.update(path)
 
     if replace is not _NO_VALUE:
         if single:
@@ -294,48 +301,105 @@ def tree_at(
     return _rebuild(places, new_values)
 
 
-def _depth(p: _Node | _Leaf) -> int:
-    d = 0
-    a = p._ta_parent
-    while a is not None:
-        d += 1
-        a = a._ta_parent
-    return d
+class _RetryWithStatic(Exception):
+    """``where`` did not return places, and Module static fields were seen: try them as places."""
+
+    def __init__(self, error: ValueError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _select(where: Callable[[Any], Any], tree: Any, is_leaf: IsLeaf, static_places: bool) -> tuple[list[_Node | _Leaf], bool]:
+    """Run ``where`` on a stand-in of ``tree``: ``(places, whether where returned one place)``."""
+    root: _Node | _Leaf
+    call = _Call(is_leaf, static_places)
+    if (is_leaf is not None and is_leaf(tree)) or not _tree.is_tree_node(type(tree)):
+        root = _Leaf(tree, None, 0)
+        stand_in: Any = root
+    else:
+        root = _Node(tree, None, 0, call)
+        stand_in = root._ta_expand()
+    try:
+        selected = where(stand_in)
+    except Exception as e:
+        if not static_places:
+            e.add_note(
+                "(tree_at runs `where` on a stand-in of the tree whose leaves are placeholders: "
+                "`where` must only select places by attribute / item access, not compute with leaves)"
+            )
+        raise
+
+    def as_place(x: Any) -> _Node | _Leaf | None:
+        t = type(x)
+        if t is _Node or t is _Leaf:
+            return x  # type: ignore[no-any-return]
+        return call.book.get(id(x))  # a stand-in: the root's, or one a node's method returned
+
+    def not_a_place(x: Any) -> Exception:
+        error = ValueError(_not_a_place(x))
+        return _RetryWithStatic(error) if call.saw_static and not static_places else error
+
+    one = as_place(selected)
+    if one is not None:
+        return [one], True
+    if isinstance(selected, (tuple, list)):
+        places = []
+        for p in selected:
+            q = as_place(p)
+            if q is None:
+                raise not_a_place(p)
+            places.append(q)
+        return places, False
+    raise not_a_place(selected)
 
 
 def _rebuild(places: list[_Node | _Leaf], new_values: list[Any]) -> Any:
-    """Put each new value at its place and rebuild the ancestors, deepest first."""
-    # id(parent) -> (depth, parent, {child index: new child})
-    pending: dict[int, tuple[int, _Node, dict[int, Any]]] = {}
+    """Put each new value at its place and rebuild the ancestors, deepest level first."""
+    # levels[d]: id(node) -> (node, {child index or static field name: new value}) for the
+    # nodes at depth d with a changed child
+    levels: list[dict[int, tuple[_Node, dict[int | str, Any]]]] = []
+
+    def put(parent: _Node, index: int | str, value: Any) -> None:
+        d = parent._ta_depth
+        while len(levels) <= d:
+            levels.append({})
+        entry = levels[d].get(id(parent))
+        if entry is None:
+            entry = levels[d][id(parent)] = (parent, {})
+        entry[1][index] = value
+
     for p, v in zip(places, new_values):
         parent = p._ta_parent
         if parent is None:  # the root itself (then it is the only place)
             return v
-        entry = pending.get(id(parent))
-        if entry is None:
-            entry = pending[id(parent)] = (_depth(parent), parent, {})
-        entry[2][p._ta_index] = v
-    while True:
-        deepest = max(pending.values(), key=lambda e: e[0])
-        _, node, changes = pending.pop(id(deepest[1]))
-        exp = node._ta_expanded()
-        children = list(exp.children)
-        for i, v in changes.items():
-            children[i] = v
-        rebuilt = exp.treedef.unflatten(children)
-        parent = node._ta_parent
-        if parent is None:
-            return rebuilt
-        entry = pending.get(id(parent))
-        if entry is None:
-            entry = pending[id(parent)] = (_depth(parent), parent, {})
-        entry[2][node._ta_index] = rebuilt
+        put(parent, p._ta_index, v)
+    for d in range(len(levels) - 1, -1, -1):
+        for node, changes in levels[d].values():
+            exp = node._ta_expanded()
+            children = list(exp.children)
+            static: list[tuple[str, Any]] = []
+            for i, v in changes.items():
+                if isinstance(i, str):
+                    static.append((i, v))
+                else:
+                    children[i] = v
+            rebuilt = exp.treedef.unflatten(children)
+            if static:  # a new Module from unflatten: its fields may be written before it is seen
+                rd = rebuilt.__dict__
+                for name, v in static:
+                    rd[name] = v
+                _check_static(rebuilt, type(rebuilt)._spruce_fields)
+            parent = node._ta_parent
+            if parent is None:
+                return rebuilt
+            put(parent, node._ta_index, rebuilt)
+    raise AssertionError("unreachable: the root is at depth 0")
 
 
 def _not_a_place(x: Any) -> str:
     return (
         f"tree_at: where returned an object of type {type(x).__name__} that is not a node or "
         "leaf of the tree. Select places by attribute / item access on the argument (e.g. "
-        "lambda m: m.layers[0].weight, or a tuple of such); static fields and values computed "
-        "inside where cannot be replaced"
+        "lambda m: m.layers[0].weight, or a tuple of such); node data of registered classes "
+        "(other than Module static fields) and values computed inside where cannot be replaced"
     )
