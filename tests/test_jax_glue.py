@@ -9,13 +9,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
-from typing import Any
+from collections import OrderedDict, defaultdict
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 import pytest
+from jax.flatten_util import ravel_pytree
 
 import spruce
 import spruce.jax as sjax
@@ -358,3 +360,128 @@ def test_tree_at_work_is_linear_in_the_number_of_places(where: str) -> None:
     small, large = work(500), work(2000)
     # 4x the places: 4x the calls, plus slack for constant costs (quadratic would be 16x)
     assert 3.5 * small < large < 4.5 * small, (small, large)
+
+
+# ------------------------------------------------------------------------- PyTreeDef.walk
+
+
+class _Pt(NamedTuple):
+    x: Any
+    y: Any
+
+
+WALK_TREES = [
+    {"b": (1, [2, None]), "a": OrderedDict(z=3, y=4)},
+    _Pt(1, (2, 3)),
+    defaultdict(list, {"z": 1, "a": [2]}),
+    [(), None, [[]], 5],
+    7,
+    None,
+]
+
+
+def _walk_both(tree: Any, f_node: Any, f_leaf: Any) -> tuple[Any, Any]:
+    leaves = [f"leaf{i}" for i in range(len(jtu.tree_leaves(tree)))]
+    theirs = jtu.tree_structure(tree).walk(f_node, f_leaf, leaves)
+    ours = st.structure(tree).walk(f_node, f_leaf, iter(leaves))
+    return ours, theirs
+
+
+@pytest.mark.parametrize("tree", WALK_TREES, ids=["dicts", "namedtuple", "defaultdict", "empties", "leaf", "none"])
+def test_walk_as_jax(tree: Any) -> None:
+    ours, theirs = _walk_both(tree, lambda results, data: ("node", results, data), lambda x: ("leaf", x))
+    assert ours == theirs
+    # and node_data agrees for every node kind that walk shows
+    assert st.structure(tree).node_data() == jtu.tree_structure(tree).node_data()
+
+
+def test_walk_rebuilds_and_counts() -> None:
+    tree = {"b": (1, [2, None]), "a": 3}
+    td = st.structure(tree)
+    assert td.walk(lambda r, d: sum(r) + 1, lambda x: 0, range(3)) == 4  # nodes: dict, tuple, list, None
+    assert td.walk(lambda r, d: max(r, default=0) + 1, lambda x: 0, [0, 0, 0]) == 4  # depth
+    assert td.walk(lambda r, d: list(r), None, "xyz") == ["x", ["y", ["z", []]]]
+    deep: Any = 0
+    for _ in range(5000):
+        deep = [deep]
+    assert st.structure(deep).walk(lambda r, d: r[0] + 1, None, [0]) == 5000  # iterative
+
+
+@pytest.mark.parametrize("leaves,word", [([1, 2], "too few"), ([1, 2, 3, 4], "too many")])
+def test_walk_wrong_number_of_leaves(leaves: list[int], word: str) -> None:
+    td = st.structure([0, 0, 0])
+    with pytest.raises(ValueError, match=f"walk: {word} leaves: the PyTreeDef has 3 leaves"):
+        td.walk(lambda r, d: r, None, leaves)
+    with pytest.raises(ValueError):  # JAX's class too
+        jtu.tree_structure([0, 0, 0]).walk(lambda r, d: r, lambda x: x, leaves)
+
+
+def test_walk_is_reachable_as_jax_names_it() -> None:
+    assert stu.PyTreeDef.walk is st.PyTreeDef.walk
+
+
+# --------------------------------------------------------------------------- ravel_pytree
+
+
+RAVEL_TREES = {
+    "empty-dict": {},
+    "empty-list": [],
+    "none": None,
+    "mixed-int-float": {"a": jnp.ones((2, 3)), "b": jnp.arange(3)},
+    "python-scalars": [1.0, 2],
+    "numpy-float64": [np.zeros(2, np.float64), jnp.ones(2, jnp.float32)],
+    "bf16-f32": [jnp.ones(2, jnp.bfloat16), jnp.ones(1, jnp.float32)],
+    "bf16-weak": [jnp.ones(2, jnp.bfloat16), 1.0],
+    "bool-int": [True, 1],
+    "int8-uint8": (jnp.int8(3), jnp.uint8(4)),
+    "zero-size": [jnp.ones((0, 3))],
+    "complex-real": [jnp.ones(2, jnp.complex64), 1.0],
+    "none-hole-weak": [None, 2.0],
+    "scalar-root": 3.0,
+    "one-dtype": {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(2)},
+}
+
+
+def _same_arrays(a: Any, b: Any) -> None:
+    assert jtu.tree_structure(a) == jtu.tree_structure(b)
+    for x, y in zip(jtu.tree_leaves(a), jtu.tree_leaves(b)):
+        assert (x.dtype, x.shape, x.weak_type) == (y.dtype, y.shape, y.weak_type)
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize("tree", list(RAVEL_TREES.values()), ids=list(RAVEL_TREES))
+def test_ravel_pytree_as_jax(tree: Any) -> None:
+    flat, unravel = sjax.ravel_pytree(tree)
+    jflat, junravel = ravel_pytree(tree)
+    _same_arrays(flat, jflat)
+    _same_arrays(unravel(flat), junravel(jflat))
+    # an unravel of another dtype: kept when the leaves had one dtype, refused otherwise
+    other = jnp.arange(flat.shape[0], dtype=jnp.int8)
+    try:
+        expected = junravel(other)
+    except TypeError:
+        with pytest.raises(TypeError, match=f"unravel: expected an array of dtype {jflat.dtype}"):
+            unravel(other)
+    else:
+        _same_arrays(unravel(other), expected)
+
+
+def test_ravel_pytree_under_jit_and_unravel_equality() -> None:
+    tree = {"a": 1.0, "b": jnp.ones(2)}
+    np.testing.assert_array_equal(jax.jit(lambda t: sjax.ravel_pytree(t)[0])(tree), [1.0, 1.0, 1.0])
+    flat, unravel = sjax.ravel_pytree([1.0, 2])
+    assert unravel == sjax.ravel_pytree([3.0, 5])[1] and hash(unravel) == hash(sjax.ravel_pytree([3.0, 5])[1])
+    assert unravel != sjax.ravel_pytree([3.0, 5.0])[1]  # other dtypes: another function
+    out = jax.jit(unravel)(flat)
+    assert [x.dtype for x in out] == [jnp.float32, jnp.int32]
+    assert sjax.ravel_pytree([])[1](jnp.ones(3)) == []  # the empty tree ignores the vector
+
+
+def test_ravel_pytree_errors() -> None:
+    with pytest.raises(TypeError, match=r"ravel_pytree: the leaf at key path \['x'\]\[1\] of type str"):
+        sjax.ravel_pytree({"x": [1.0, "b"]})
+    _, unravel = sjax.ravel_pytree({"a": jnp.ones(2)})
+    with pytest.raises(ValueError, match=r"unravel: expected a 1-D array of 2 elements .* got shape \(3,\)"):
+        unravel(jnp.ones(3))
+    with pytest.raises(ValueError):  # JAX's class for it too
+        ravel_pytree({"a": jnp.ones(2)})[1](jnp.ones(3))

@@ -4,7 +4,7 @@
 whose arguments are arbitrary pytrees — Modules holding functions, strings, Python numbers —
 and treat the array leaves (``spruce.is_array``: JAX and NumPy arrays) as traced / batched /
 differentiated values and everything else as static.  Semantics follow Equinox's functions of
-the same names.
+the same names.  ``ravel_pytree`` is jax.flatten_util's, over spruce pytrees.
 
 Importing this module also registers every ``spruce.Module`` class created so far with
 ``jax.tree_util`` (normally already done by the import hook described in
@@ -26,10 +26,11 @@ from ._filters import combine, partition
 from ._module import _jax_hook
 from ._module._arrays import is_array, is_inexact_array
 from ._module._module import _ModuleAux, _ModuleMeta
+from ._ravel import ravel_pytree as ravel_pytree
 
 _jax_hook.flush()
 
-__all__ = ["filter_grad", "filter_jit", "filter_value_and_grad", "filter_vmap"]
+__all__ = ["filter_grad", "filter_jit", "filter_value_and_grad", "filter_vmap", "ravel_pytree"]
 
 
 class _Token:

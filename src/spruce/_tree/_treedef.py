@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict, defaultdict, deque
-from typing import TYPE_CHECKING, Any, Final, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Final, Iterable
 
 from ._errors import changed_size, mismatch_detail, nodes_of, path_of, path_text, short_repr
 from ._registry import (
@@ -203,33 +203,69 @@ class PyTreeDef:
     def node_data(self) -> Any:
         """``(type, data)`` of the root node, or None for a leaf, as jax.tree_util.
 
-        data is None for tuple/list/None/namedtuple/struct sequences, the key list for dict and
-        OrderedDict, ``(default_factory, keys)`` for defaultdict, ``maxlen`` for deque, and the
-        aux data for registered classes.
+        data is None for tuple/list/None/namedtuple/struct sequences, the key list for dict
+        (sorted), the key tuple for OrderedDict (in order), ``(default_factory, key tuple)`` for
+        defaultdict, ``maxlen`` for deque, and the aux data for registered classes.
         """
         code = self._codes[0]
-        kind = code & MASK
-        if kind == LEAF:
+        if code == LEAF:
             return None
-        d = self._data[0]
-        if kind == NONE:
-            return (type(None), None)
-        if kind == TUPLE:
-            return (tuple, None)
-        if kind == LIST:
-            return (list, None)
-        if kind == DICT:
-            return (dict, list(d.keys))
-        if kind == ORDEREDDICT:
-            return (OrderedDict, list(d.keys))
-        if kind == DEFAULTDICT:
-            return (defaultdict, (d.factory, list(d.keys)))
-        if kind == DEQUE:
-            return (deque, d)
-        if kind == NAMEDTUPLE or kind == STRUCTSEQ:
-            return (d, None)
-        cd: CustomData = d
-        return (cd.info.nodetype, cd.aux)
+        return _node_data(code, self._data[0])
+
+    def walk(
+        self, f_node: Callable[[tuple[Any, ...], Any], Any], f_leaf: Callable[[Any], Any] | None, leaves: Iterable[Any]
+    ) -> Any:
+        """Fold this structure over ``leaves``, children before parents, as
+        jax.tree_util.PyTreeDef.walk.
+
+        Each leaf becomes ``f_leaf(leaf)`` (the leaf itself if ``f_leaf`` is None), and each
+        node ``f_node(results, data)``: ``results`` a tuple of what its children became, in
+        order, and ``data`` the second item of ``node_data()`` for that node (None for tuples
+        and lists, the key list for a dict, the aux data of a registered class...), except for
+        namedtuples and struct sequences, whose class it is (as JAX's).  Returns what the root
+        became.  Iterative: any depth.
+
+        Raises:
+          ValueError: the number of leaves differs from ``num_leaves``.
+
+        >>> from spruce.tree import structure
+        >>> td = structure({'b': (0, 0), 'a': 0})
+        >>> td.walk(lambda r, d: sum(r), lambda x: 10 * x, [1, 2, 3])
+        60
+        >>> td.walk(lambda r, d: (d, r), None, 'xyz')
+        (['a', 'b'], ('x', (None, ('y', 'z'))))
+        """
+        n = self._num_leaves
+        items = list(itertools.islice(leaves, n + 1))
+        if len(items) != n:
+            raise ValueError(
+                f"walk: {'too few' if len(items) < n else 'too many'} leaves: the PyTreeDef has {n} "
+                f"leaves (structure: {_clip(short_repr(self, 200), 200)})"
+            )
+        codes = self._codes
+        data = self._data
+        stack: list[Any] = []
+        li = n - 1
+        di = len(data) - 1
+        p = len(codes) - 1
+        while p >= 0:  # backwards through the pre-order table: the first child ends on top
+            c = codes[p]
+            if c == LEAF:
+                leaf = items[li]
+                stack.append(leaf if f_leaf is None else f_leaf(leaf))
+                li -= 1
+            else:
+                k = c >> SHIFT
+                m = len(stack) - k
+                results = stack[m:]
+                results.reverse()
+                del stack[m:]
+                kind = c & MASK
+                d = data[di]  # a namedtuple's class, as JAX's walk gives (not node_data's None)
+                stack.append(f_node(tuple(results), d if kind == NAMEDTUPLE or kind == STRUCTSEQ else _node_data(c, d)[1]))
+                di -= 1
+            p -= 1
+        return stack[0]
 
     def compose(self, inner: PyTreeDef) -> PyTreeDef:
         """The structure made by replacing every leaf of this one with ``inner``.
@@ -360,6 +396,29 @@ class PyTreeDef:
 
     def __deepcopy__(self, memo: Any) -> PyTreeDef:
         return self
+
+
+def _node_data(code: int, d: Any) -> tuple[Any, Any]:
+    """``node_data()`` of a node whose table entry is ``code`` and data ``d`` (not a leaf)."""
+    kind = code & MASK
+    if kind == NONE:
+        return (type(None), None)
+    if kind == TUPLE:
+        return (tuple, None)
+    if kind == LIST:
+        return (list, None)
+    if kind == DICT:
+        return (dict, list(d.keys))
+    if kind == ORDEREDDICT:  # (a tuple, as JAX: its OrderedDict is a registered node)
+        return (OrderedDict, tuple(d.keys))
+    if kind == DEFAULTDICT:
+        return (defaultdict, (d.factory, tuple(d.keys)))
+    if kind == DEQUE:
+        return (deque, d)
+    if kind == NAMEDTUPLE or kind == STRUCTSEQ:
+        return (d, None)
+    cd: CustomData = d
+    return (cd.info.nodetype, cd.aux)
 
 
 def _check_treedef(x: object, what: str) -> None:
