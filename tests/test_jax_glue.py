@@ -460,7 +460,7 @@ def test_ravel_pytree_as_jax(tree: Any) -> None:
     try:
         expected = junravel(other)
     except TypeError:
-        with pytest.raises(TypeError, match=f"unravel: expected an array of dtype {jflat.dtype}"):
+        with pytest.raises(TypeError, match=f"unravel: given an array of dtype int8, but expected dtype {jflat.dtype}"):
             unravel(other)
     else:
         _same_arrays(unravel(other), expected)
@@ -485,3 +485,18 @@ def test_ravel_pytree_errors() -> None:
         unravel(jnp.ones(3))
     with pytest.raises(ValueError):  # JAX's class for it too
         ravel_pytree({"a": jnp.ones(2)})[1](jnp.ones(3))
+
+
+def test_walk_calls_in_jax_order() -> None:
+    tree = {"b": (2, [3, None]), "a": 1, "c": {"y": 5, "x": 4}}
+    calls: list[Any] = []
+
+    def runs(mod: Any) -> list[Any]:
+        calls.clear()
+        leaves = mod.tree_leaves(tree)
+        mod.tree_structure(tree).walk(
+            lambda r, d: calls.append(("node", r, d)) or len(calls), lambda x: calls.append(("leaf", x)) or x, leaves
+        )
+        return list(calls)
+
+    assert runs(stu) == runs(jtu)

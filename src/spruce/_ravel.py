@@ -61,8 +61,8 @@ class _Unravel:
             dtype = jax.dtypes.result_type(flat)
             if dtype != self.to_dtype:
                 raise TypeError(
-                    f"unravel: expected an array of dtype {self.to_dtype} (the dtype ravel_pytree "
-                    f"promoted the leaves to), got {dtype}"
+                    f"unravel: given an array of dtype {dtype}, but expected dtype {self.to_dtype} "
+                    "(the dtype ravel_pytree promoted the leaves to)"
                 )
         chunks = jax.lax.split(flat, self.sizes)
         leaves = [c.reshape(s) for c, s in zip(chunks, self.shapes)]

@@ -244,28 +244,39 @@ class PyTreeDef:
             )
         codes = self._codes
         data = self._data
-        stack: list[Any] = []
-        li = n - 1
-        di = len(data) - 1
-        p = len(codes) - 1
-        while p >= 0:  # backwards through the pre-order table: the first child ends on top
-            c = codes[p]
+        # One pass in pre-order (so f_leaf sees the leaves in order, as JAX's); each open node
+        # has a frame: the results of its children so far, how many are still to come, its data.
+        results: list[list[Any]] = []
+        left: list[int] = []
+        datas: list[Any] = []
+        li = 0
+        di = 0
+        value: Any = None
+        for c in codes:
             if c == LEAF:
                 leaf = items[li]
-                stack.append(leaf if f_leaf is None else f_leaf(leaf))
-                li -= 1
+                li += 1
+                value = leaf if f_leaf is None else f_leaf(leaf)
             else:
-                k = c >> SHIFT
-                m = len(stack) - k
-                results = stack[m:]
-                results.reverse()
-                del stack[m:]
                 kind = c & MASK
                 d = data[di]  # a namedtuple's class, as JAX's walk gives (not node_data's None)
-                stack.append(f_node(tuple(results), d if kind == NAMEDTUPLE or kind == STRUCTSEQ else _node_data(c, d)[1]))
-                di -= 1
-            p -= 1
-        return stack[0]
+                di += 1
+                nd = d if kind == NAMEDTUPLE or kind == STRUCTSEQ else _node_data(c, d)[1]
+                k = c >> SHIFT
+                if k > 0:
+                    results.append([])
+                    left.append(k)
+                    datas.append(nd)
+                    continue
+                value = f_node((), nd)
+            while results:  # hand the value to its parent; close the nodes it completes
+                results[-1].append(value)
+                left[-1] -= 1
+                if left[-1] > 0:
+                    break
+                left.pop()
+                value = f_node(tuple(results.pop()), datas.pop())
+        return value
 
     def compose(self, inner: PyTreeDef) -> PyTreeDef:
         """The structure made by replacing every leaf of this one with ``inner``.
