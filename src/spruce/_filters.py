@@ -37,6 +37,14 @@ def _keep_mask(spec: Any, subtree: Any, is_leaf: IsLeaf) -> Any:
     )
 
 
+def _mask(tree: Any, filter_spec: Any, is_leaf: IsLeaf) -> Any:
+    """A tree of bools with ``tree``'s structure: which leaves ``filter_spec`` keeps."""
+    spec_def = _tree.structure(filter_spec)
+    subtrees = spec_def.flatten_up_to(tree)
+    masks = [_keep_mask(s, t, is_leaf) for s, t in zip(_tree.leaves(filter_spec), subtrees)]
+    return spec_def.unflatten(masks)
+
+
 def filter(
     tree: Any,
     filter_spec: Any,
@@ -67,10 +75,7 @@ def filter(
     >>> filter([1, 'a', 2.0], lambda x: isinstance(x, (int, float)))
     [1, None, 2.0]
     """
-    spec_def = _tree.structure(filter_spec)
-    subtrees = spec_def.flatten_up_to(tree)
-    masks = [_keep_mask(s, t, is_leaf) for s, t in zip(_tree.leaves(filter_spec), subtrees)]
-    mask = spec_def.unflatten(masks)
+    mask = _mask(tree, filter_spec, is_leaf)
     # The mask has tree's structure below each spec leaf, so one map over (tree, mask) works.
     return _tree.map(lambda x, m: x if m != inverse else replace, tree, mask, is_leaf=is_leaf)
 
@@ -85,15 +90,14 @@ def partition(
 
     The usual split is ``params, static = spruce.partition(model, spruce.is_array)``; rebuild
     with ``spruce.combine(params, static)``.  Arguments and errors as ``filter``.  Follows
-    equinox.partition.
+    equinox.partition, tree first.  Not to be confused with ``spruce.tree.partition(predicate,
+    tree)`` (optree's ``tree_partition``, predicate first, in the engine), which takes only a
+    per-leaf predicate (no prefix spec) and fills with ``fill_value``.
 
     >>> partition([1, 'a'], lambda x: isinstance(x, int))
     ([1, None], [None, 'a'])
     """
-    spec_def = _tree.structure(filter_spec)
-    subtrees = spec_def.flatten_up_to(tree)
-    masks = [_keep_mask(s, t, is_leaf) for s, t in zip(_tree.leaves(filter_spec), subtrees)]
-    mask = spec_def.unflatten(masks)
+    mask = _mask(tree, filter_spec, is_leaf)
     kept = _tree.map(lambda x, m: x if m else replace, tree, mask, is_leaf=is_leaf)
     rest = _tree.map(lambda x, m: replace if m else x, tree, mask, is_leaf=is_leaf)
     return kept, rest

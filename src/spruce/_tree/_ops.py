@@ -173,7 +173,8 @@ def partition(
 
     Returns ``(true_tree, false_tree)``: in the first, leaves where ``predicate`` is false are
     replaced by ``fill_value``; in the second, those where it is true.  ``predicate`` is called
-    once per leaf.
+    once per leaf.  Predicate first, as optree; ``spruce.partition(tree, filter_spec)`` is
+    Equinox's, tree first, and also takes a prefix tree of predicates as ``filter_spec``.
 
     >>> partition(lambda x: x > 1, [1, 2, 3])
     ([None, 2, 3], [1, None, None])
