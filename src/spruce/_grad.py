@@ -1,0 +1,59 @@
+"""``filter_grad`` / ``filter_value_and_grad``: ``jax.grad`` with respect to the floating-point
+arrays of a pytree (imports JAX; re-exported by ``spruce.jax``)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import jax
+
+from ._filters import combine, partition
+from ._module._arrays import is_inexact_array
+
+def _grad_wrapper(fun: Callable[..., Any], has_aux: bool, value: bool) -> Callable[..., Any]:
+    name = "filter_value_and_grad" if value else "filter_grad"
+
+    @functools.wraps(fun)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        # (no named parameter of its own, so any keyword of ``fun`` passes through)
+        if not args:
+            raise TypeError(
+                f"{name}: the function is differentiated with respect to its first positional "
+                "argument; none was given"
+            )
+        diff, nondiff = partition(args[0], is_inexact_array)
+        args = args[1:]
+
+        def f(d: Any) -> Any:
+            return fun(combine(d, nondiff), *args, **kwargs)
+
+        transform = jax.value_and_grad if value else jax.grad
+        try:
+            return transform(f, has_aux=has_aux)(diff)
+        except TypeError as e:
+            if "must be real" in str(e) or "scalar" in str(e):
+                e.add_note(f"({name}: the function must return a real scalar array)")
+            raise
+
+    return wrapper
+
+
+def filter_grad(fun: Callable[..., Any], *, has_aux: bool = False) -> Callable[..., Any]:
+    """``jax.grad`` with respect to the floating-point array leaves of the first argument.
+
+    ``filter_grad(f)(x, *args, **kwargs)`` differentiates ``f`` (which must return a real
+    scalar, or ``(scalar, aux)`` with ``has_aux=True``) with respect to the inexact arrays of
+    ``x`` (``spruce.is_inexact_array``); the gradient is a pytree like ``x`` with ``None`` at
+    every other leaf (integer arrays, Python numbers, functions...).  Other arguments
+    (positional or keyword, with any name) are passed through unchanged and not
+    differentiated.  Raises TypeError if there is no positional argument.  Follows
+    equinox.filter_grad.
+    """
+    return _grad_wrapper(fun, has_aux, value=False)
+
+
+def filter_value_and_grad(fun: Callable[..., Any], *, has_aux: bool = False) -> Callable[..., Any]:
+    """As ``filter_grad``, returning ``(value, grad)`` (``((value, aux), grad)`` with
+    ``has_aux=True``), as ``jax.value_and_grad``.  Follows equinox.filter_value_and_grad."""
+    return _grad_wrapper(fun, has_aux, value=True)

@@ -1,0 +1,67 @@
+"""``filter_vmap``: ``jax.vmap`` over the array leaves of pytree arguments (imports JAX;
+re-exported by ``spruce.jax``)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Hashable
+
+import jax
+
+from . import tree as _tree
+from ._jit import _merge, _split
+from ._module._arrays import is_array
+
+def filter_vmap(
+    fun: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0, axis_name: Hashable | None = None
+) -> Callable[..., Any]:
+    """``jax.vmap`` over the array leaves of the arguments; other leaves are not mapped.
+
+    Args:
+      fun: a function of positional pytree arguments.
+      in_axes: an int or None for every array leaf of every argument, or a tuple with one entry
+        per positional argument, each an int / None or a pytree prefix of that argument with
+        int / None leaves.  Non-array leaves are never mapped, whatever the spec says.
+      out_axes: int or None for every array leaf of the output (non-array outputs are returned
+        as traced, unmapped).
+      axis_name: as jax.vmap.
+
+    Returns:
+      The vectorised function.  Raises ValueError (from JAX) when mapped sizes disagree.
+    Follows equinox.filter_vmap (restricted to positional arguments).
+    """
+
+    @functools.wraps(fun)
+    def wrapper(*args: Any) -> Any:
+        specs = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+        if len(specs) != len(args):
+            raise ValueError(f"filter_vmap: in_axes has {len(specs)} entries for {len(args)} arguments")
+        leaf_axes: list[Any] = []
+        all_leaves: list[Any] = []
+        for arg, spec in zip(args, specs):
+            spec_def = _tree.structure(spec, none_is_leaf=True)
+            for s, sub in zip(_tree.leaves(spec, none_is_leaf=True), spec_def.flatten_up_to(arg)):
+                for leaf in _tree.leaves(sub):
+                    all_leaves.append(leaf)
+                    leaf_axes.append(s if is_array(leaf) else None)
+        _, treedef = _tree.flatten(args)
+        dyn_idx = [i for i, a in enumerate(leaf_axes) if a is not None]
+        static = list(all_leaves)
+        cell: list[Any] = [None, None]
+
+        def mapped(dyn: list[Any]) -> list[Any]:
+            leaves = list(static)
+            for i, v in zip(dyn_idx, dyn):
+                leaves[i] = v
+            out = fun(*treedef.unflatten(leaves))
+            out_leaves, out_def = _tree.flatten(out)
+            out_dyn, out_static = _split(out_leaves)
+            cell[0], cell[1] = out_def, out_static
+            return out_dyn
+
+        dyn = [all_leaves[i] for i in dyn_idx]
+        axes = [leaf_axes[i] for i in dyn_idx]
+        out_dyn = jax.vmap(mapped, in_axes=(axes,), out_axes=out_axes, axis_name=axis_name)(dyn)
+        return cell[0].unflatten(_merge(out_dyn, cell[1]))
+
+    return wrapper
