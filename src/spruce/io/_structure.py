@@ -77,9 +77,10 @@ class Encoded(NamedTuple):
 
 
 class _Encoder:
-    def __init__(self, allowed: frozenset[str], fmt: str) -> None:
+    def __init__(self, allowed: frozenset[str], fmt: str, keep_jax: bool = False) -> None:
         self.allowed = allowed
         self.fmt = fmt
+        self.keep_jax = keep_jax
         self.esc = escaper(".")
         self.arrays: dict[str, np.ndarray[Any, Any]] = {}
         self.where: dict[str, tuple[Any, ...]] = {}
@@ -130,6 +131,12 @@ class _Encoder:
             self.arrays[name] = self.array(path, np.asarray(x), "a NumPy scalar")
             return {"tensor": name, "scalar": True}
         jarr = _jax_array_type()
+        if jarr is not None and isinstance(x, jarr) and self.keep_jax:
+            if name_of(x.dtype, self.allowed) is None:
+                raise self.fail(path, f"is a jax.Array of dtype {describe(x.dtype)}, which {self.fmt} files cannot hold")
+            name = self.claim(path)
+            self.arrays[name] = x  # kept on its devices: the caller writes it shard by shard
+            return {"tensor": name}
         if jarr is not None and isinstance(x, jarr):
             try:
                 host = np.asarray(x)
@@ -287,14 +294,15 @@ class _Encoder:
         return out
 
 
-def encode_tree(tree: Any, allowed: frozenset[str], fmt: str) -> Encoded:
+def encode_tree(tree: Any, allowed: frozenset[str], fmt: str, keep_jax: bool = False) -> Encoded:
     """The structure document of ``tree`` and its arrays (contiguous, little-endian) by name.
+    With ``keep_jax``, jax.Array leaves are returned as they are (not copied to the host).
 
     Raises:
       ValueError: a leaf that cannot be stored (naming its key path and why), two leaves with
         the same name, a dict key that is not plain data, a tree deeper than MAX_DEPTH.
     """
-    enc = _Encoder(allowed, fmt)
+    enc = _Encoder(allowed, fmt, keep_jax)
     root = enc.node(tree, (), 0)
     return Encoded({"version": FORMAT_VERSION, "tree": root}, enc.arrays)
 
