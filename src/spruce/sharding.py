@@ -555,10 +555,19 @@ class Explanation:
         return "\n".join(lines)
 
 
+def _placed_dtype(dtype: Any) -> np.dtype[Any]:
+    """The dtype an array of ``dtype`` has once on a device (int64 becomes int32 unless
+    ``jax_enable_x64`` is set)."""
+    import jax
+
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+
+
 def explain(tree: Any, mesh: Any, rules: Rules) -> Explanation:
     """How ``rules`` lay ``tree`` out on ``mesh``: one row per array leaf (path, shape, dtype,
     rule, spec, bytes per device, replication), the bytes each device will hold, and the
-    rules that matched nothing.  Nothing is placed or copied.
+    rules that matched nothing.  Nothing is placed or copied.  Dtypes are those the devices
+    will hold (int64 and float64 become 32-bit unless ``jax_enable_x64`` is set).
 
     Raises:
       ShardingError: as ``specs``.
@@ -581,7 +590,7 @@ def explain(tree: Any, mesh: Any, rules: Rules) -> Explanation:
         if spec is None:
             continue
         shape = tuple(int(d) for d in x.shape)
-        itemsize = np.dtype(x.dtype).itemsize
+        itemsize = _placed_dtype(x.dtype).itemsize
         sharding = NamedSharding(mesh, spec)
         indices = sharding.devices_indices_map(shape)
         distinct = set()
@@ -592,6 +601,6 @@ def explain(tree: Any, mesh: Any, rules: Rules) -> Explanation:
         size = int(np.prod(shape, dtype=np.int64)) if shape else 1
         total += size * itemsize
         shard_bytes = itemsize * (int(np.prod(sharding.shard_shape(shape), dtype=np.int64)) if shape else 1)
-        rows.append(Row(name, shape, str(np.dtype(x.dtype)), rules.rules[i][0] if i >= 0 else "", spec, shard_bytes, len(indices) // max(1, len(distinct))))
+        rows.append(Row(name, shape, str(_placed_dtype(x.dtype)), rules.rules[i][0] if i >= 0 else "", spec, shard_bytes, len(indices) // max(1, len(distinct))))
     unmatched = [p for j, (p, _) in enumerate(rules.rules) if j not in res.used]
     return Explanation(rows, per, unmatched, total)
