@@ -259,3 +259,14 @@ def test_two_processes_save_one_checkpoint(tmp_path: Any) -> None:
     assert not keys[0] & keys[1]
     assert sum(1 for k in keys[0] | keys[1] if k.startswith("embed")) == 8
     assert "step" not in keys[0] | keys[1] and "layers.0.b" in keys[0]
+
+
+@pytest.mark.slow
+def test_sharded_training_example() -> None:
+    script = os.path.join(os.path.dirname(HERE), "examples", "sharded_training.py")
+    proc = subprocess.run([sys.executable, script, "--steps", "20"], env=_env(8), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "bit-identical: True" in proc.stdout
+    assert "restored on mesh {'data': 4, 'model': 2}: layers.0.weight P('model', None), (32, 8) per device" in proc.stdout
+    losses = [float(line.rsplit(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("final loss")]
+    assert len(losses) == 2 and abs(losses[0] - losses[1]) < 1e-5
