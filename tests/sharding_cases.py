@@ -492,3 +492,37 @@ def test_minilm_sharded_from_the_hugging_face_file(mesh24: Any) -> None:
     plain = jax.jit(minilm._embed_batch)(jax.device_put(minilm.load(), jax.devices()[0]), ids, mask)
     assert sharded.shape == (2, 384)
     np.testing.assert_allclose(np.asarray(sharded), np.asarray(plain), rtol=0, atol=1e-6)
+
+
+# -- the command line --------------------------------------------------------------------------------
+
+
+def test_cli_inspect_shows_the_merged_tree_and_its_split(tmp_path: Any, mesh24: Any, capsys: Any) -> None:
+    from spruce.cli import main
+
+    d, _ = _saved(tmp_path, mesh24)
+    assert main(["inspect", d]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == "ckpt  (sharded)  6 tensors, 157 parameters, 628 B (628 bytes)"
+    assert re.search(r"embed\s+\[16, 6\]\s+float32\s+96\s+384 B\s+4x1 blocks of \(4, 6\) in 1 file\s*$", out, re.M)
+    assert re.search(r"kernel\s+\[4, 6\]\s+float32\s+24\s+96 B\s+2x1 blocks of \(2, 6\) in 1 file\s*$", out, re.M)
+    assert re.search(r"bias\s+\[6\]\s+float32\s+6\s+24 B\s+whole\s*$", out, re.M)
+
+
+def test_cli_diff_sharded_directory_and_file(tmp_path: Any, mesh24: Any, capsys: Any) -> None:
+    from spruce.cli import main
+
+    d, placed = _saved(tmp_path, mesh24)
+    same = str(tmp_path / "same.safetensors")
+    sio.save(same, placed)
+    assert main(["diff", d, same]) == 0
+    assert "same structure: 6 tensors with the same names, shapes and dtypes" in capsys.readouterr().out
+    other = jax.tree.map(lambda x: np.asarray(x) if isinstance(x, jax.Array) else x, placed)
+    other["embed"] = other["embed"][:8]
+    del other["scale"]
+    diff = str(tmp_path / "other.safetensors")
+    sio.save(diff, other)
+    assert main(["diff", d, diff]) == 1
+    out = capsys.readouterr().out
+    assert "- scale  float32[]" in out and "~ embed  float32[16, 6] -> float32[8, 6]" in out

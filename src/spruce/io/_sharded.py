@@ -390,6 +390,22 @@ def _text(start: tuple[int, ...], stop: tuple[int, ...]) -> str:
     return "[" + ", ".join(f"{a}:{b}" for a, b in zip(start, stop)) + "]"
 
 
+def layout(index: Index) -> dict[str, str]:
+    """How each tensor is split, for ``spruce inspect``: ``'whole'`` (one block) or the grid of
+    blocks per dimension and the block shapes, e.g. ``'4x1 blocks of (4, 6) in 1 file'``."""
+    out: dict[str, str] = {}
+    for name, slices in index.slices.items():
+        if len(slices) == 1:
+            out[name] = "whole"
+            continue
+        grid = "x".join(str(len({s.start[d] for s in slices})) for d in range(len(slices[0].start)))
+        shapes = sorted({tuple(b - a for a, b in zip(s.start, s.stop)) for s in slices})
+        shown = ", ".join(str(sh) for sh in shapes[:3]) + (", ..." if len(shapes) > 3 else "")
+        files = len({s.file for s in slices})
+        out[name] = f"{grid} blocks of {shown} in {files} file{'s' if files > 1 else ''}"
+    return out
+
+
 class Reader:
     """Arrays of a sharded checkpoint, assembled from memory-mapped pieces."""
 
