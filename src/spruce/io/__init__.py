@@ -47,11 +47,13 @@ from ._errors import MismatchError as MismatchError
 from ._names import flatten_names as flatten_names
 from ._names import unflatten_names as unflatten_names
 from ._sharded import save_sharded as save_sharded
+from ._structure import StoredNode as StoredNode
 
 __all__ = [
     "CheckpointError",
     "LoadResult",
     "MismatchError",
+    "StoredNode",
     "TensorInfo",
     "flatten_names",
     "load",

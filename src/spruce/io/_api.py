@@ -337,9 +337,11 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
     PyTorch checkpoint, a ``numpy.savez`` archive) is nested by ``unflatten_names``: dicts,
     with lists where the name components are 0, 1, ..., n-1.  Classes are looked up by
     module and name, only in modules already imported (or in packages already imported), and
-    built field by field without calling them; a node that cannot be rebuilt (its class is not
-    imported or has changed, its static fields were not plain data) raises CheckpointError
-    saying to pass ``like=``.
+    built field by field without calling them.  A class that cannot be found here does not
+    stop the load: a namedtuple is rebuilt as a namedtuple class of the stored name and
+    fields, a dataclass node (a Module) as a ``StoredNode`` stand-in (docs/io.md).  A node
+    that cannot be rebuilt (its class has changed, its static fields were not plain data)
+    raises CheckpointError saying to pass ``like=``.
 
     With ``like`` (any pytree of the wanted structure, e.g. a freshly built Module, or
     ``jax.eval_shape`` placeholders), each leaf of ``like`` is filled from the file entry
