@@ -25,7 +25,7 @@ that must match the whole name.  The first rule that matches wins.
 >>> params = {'embed': np.zeros((8, 4)), 'layers': [{'w': np.zeros((4, 4)), 'b': np.zeros(4)}]}
 >>> rules = Rules([('embed', P('model', None)), ('layers.*.w', P(None, 'model')), ('**.b', P())])
 >>> specs(params, rules)
-{'embed': PartitionSpec('model', None), 'layers': [{'w': PartitionSpec(None, 'model'), 'b': PartitionSpec()}]}
+{'embed': P('model', None), 'layers': [{'w': P(None, 'model'), 'b': P()}]}
 """
 
 from __future__ import annotations
@@ -206,9 +206,9 @@ class Rules:
     >>> from jax.sharding import PartitionSpec as P
     >>> r = Rules([('**.*_proj.weight', P('model', None)), ('**', None)])
     >>> r.match('layers.0.attention.query_proj.weight')
-    (0, PartitionSpec('model', None))
+    (0, P('model', None))
     >>> r.match('embeddings.layer_norm.bias')
-    (1, PartitionSpec())
+    (1, P())
     """
 
     __slots__ = ("_compiled", "_hash", "on_indivisible", "rules", "strict")
