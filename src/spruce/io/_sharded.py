@@ -90,13 +90,15 @@ class _Block(NamedTuple):
     data: Any  # a callable giving the block as a NumPy array, on the writing process; else None
 
 
-def _plan(arrays: Mapping[str, Any], me: int) -> list[_Block]:
-    """Every distinct block of every array, its writer, and (for this process) its data."""
+def _plan(arrays: Mapping[str, Any], me: int, count: int = 1) -> list[_Block]:
+    """Every distinct block of every array, its writer, and (for this process) its data.
+    With several processes, an array held by this process's devices only (not a global
+    array) is a host value, written by process 0 like a NumPy array."""
     jarr = getattr(sys.modules.get("jax"), "Array", None)
     blocks: list[_Block] = []
     for name, x in arrays.items():
         shape = tuple(int(d) for d in x.shape)
-        if jarr is None or not isinstance(x, jarr):
+        if jarr is None or not isinstance(x, jarr) or (count > 1 and x.is_fully_addressable):
             blocks.append(_Block(name, name, (0,) * len(shape), shape, 0, (lambda x=x: x) if me == 0 else None))
             continue
         owners: dict[tuple[tuple[int, ...], tuple[int, ...]], Any] = {}
@@ -161,7 +163,9 @@ def save_sharded(directory: Any, tree: Any, *, metadata: Mapping[str, str] | Non
     (a replicated array is written by the device of lowest id holding it, not once per
     replica).  Shards are copied to the host one at a time and streamed to the piece file, so
     no process gathers an array and the extra memory stays near one shard.  NumPy arrays and
-    other host leaves are written by process 0.  The pieces are plain safetensors files
+    other host leaves — and, with several processes, jax.Arrays that live on one process's
+    devices only — are written by process 0 (every process is expected to hold the same
+    value).  The pieces are plain safetensors files
     (``safetensors.numpy.load_file`` reads them); ``index.json`` records each tensor's global
     shape and dtype, which block is in which file, your ``metadata`` and the tree's structure
     (as ``save`` stores it).  Format: docs/io.md.
@@ -212,7 +216,7 @@ def save_sharded(directory: Any, tree: Any, *, metadata: Mapping[str, str] | Non
 
         words = np.frombuffer(bytes.fromhex(gen), dtype=np.uint32)
         gen = np.asarray(multihost_utils.broadcast_one_to_all(words)).astype(np.uint32).tobytes().hex()
-    blocks = _plan(enc.arrays, me)
+    blocks = _plan(enc.arrays, me, count)
     writers = sorted({b.process for b in blocks})
     files = {w: f"{gen}-{w:05d}-of-{count:05d}.safetensors" for w in writers}
     try:
