@@ -64,6 +64,7 @@ def outcomes(tmp_path_factory: Any) -> dict[str, str | None]:
     return out
 
 
+@pytest.mark.slow  # one subprocess for all cases: 15-45 s on the shared machine, JAX start-up included
 @pytest.mark.parametrize("case", _case_names())
 def test_on_8_devices(outcomes: dict[str, str | None], case: str) -> None:
     assert case in outcomes, f"{case} was not run"
@@ -176,6 +177,21 @@ def test_dtype_cast_on_load(tmp_path: Any) -> None:
     assert sio.load(d, dtype="float16")["w"].dtype == np.float16
     with pytest.raises(ValueError, match=r"dtype='like' casts to the dtypes of like's leaves"):
         sio.load(path, dtype="like")
+
+
+def test_save_sharded_metadata_and_round_trip(tmp_path: Any) -> None:
+    d = str(tmp_path / "ckpt")
+    tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": (np.int8(3), None), "lr": 0.5}
+    sio.save_sharded(d, tree, metadata={"epoch": "2"})
+    assert sio.read_metadata(d)["epoch"] == "2"
+    back = sio.load(d)
+    assert back["b"] == (np.int8(3), None) and type(back["b"][0]) is np.int8 and back["lr"] == 0.5
+    np.testing.assert_array_equal(back["w"], tree["w"])
+    with pytest.raises(ValueError, match=r"metadata keys starting with 'spruce.' are reserved"):
+        sio.save_sharded(d, tree, metadata={"spruce.x": "1"})
+    with pytest.raises(ValueError, match=r"metadata must map str to str"):
+        sio.save_sharded(d, tree, metadata={"epoch": 2})  # type: ignore[dict-item]
+    assert sio.read_metadata(d)["epoch"] == "2"  # the refused saves left it as it was
 
 
 def test_mmap_false_copies(tmp_path: Any) -> None:

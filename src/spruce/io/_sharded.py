@@ -27,7 +27,7 @@ import numpy as np
 
 from ._dtypes import CODE_OF_NAME, SAFETENSORS_CODES, SAFETENSORS_NAMES, dtype_of
 from ._errors import CheckpointError
-from ._files import Entry, MappedFile, Parsed, atomic_write, open_regular, shape_size, with_path
+from ._files import Entry, MappedFile, Parsed, atomic_write, fsync_dir, open_regular, shape_size, with_path
 from . import _safetensors
 from ._structure import TREEDEF_KEY, encode_tree
 
@@ -143,19 +143,6 @@ def _write_piece(path: str, blocks: list[_Block], arrays: Mapping[str, Any]) -> 
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def save_sharded(directory: Any, tree: Any, *, metadata: Mapping[str, str] | None = None) -> None:
     """Write a pytree as a sharded checkpoint: a directory of .safetensors pieces and an index.
 
@@ -225,7 +212,7 @@ def save_sharded(directory: Any, tree: Any, *, metadata: Mapping[str, str] | Non
         os.makedirs(p, exist_ok=True)
         if me in files:
             _write_piece(os.path.join(p, files[me]), [b for b in blocks if b.process == me], enc.arrays)
-        _fsync_dir(p)
+        fsync_dir(p)
     except OSError as e:
         raise with_path(e, p) from None
     if count > 1:
