@@ -331,7 +331,7 @@ def _inspect(args: argparse.Namespace, out: Any) -> int:
             dtype = next(iter(node.dtypes)) if len(node.dtypes) == 1 else "mixed"
             if not collapsed:
                 dtype = ""
-        cells = [Text(label), shape, dtype, f"{node.size:,}", _human(node.nbytes)]
+        cells: list[Any] = [Text(label), shape, dtype, f"{node.size:,}", _human(node.nbytes)]
         if split is not None:
             cells.append(split.get(id(node), "") if not node.children else "")
         table.add_row(*cells)

@@ -146,6 +146,14 @@ def _axes_of(entry: Any) -> tuple[str, ...]:
     return (entry,)
 
 
+def _pspec(*entries: Any) -> Any:
+    """``jax.sharding.PartitionSpec(*entries)`` (its constructor is untyped in jax's stubs)."""
+    from jax.sharding import PartitionSpec
+
+    ctor: Any = PartitionSpec
+    return ctor(*entries)
+
+
 class _Fsdp(NamedTuple):
     axis: Union[str, tuple[str, ...]]
     min_size: int
@@ -158,7 +166,7 @@ def _check_spec(spec: Any, where: str) -> Any:
     from jax.sharding import PartitionSpec
 
     if spec is None:
-        return PartitionSpec()
+        return _pspec()
     if isinstance(spec, _Fsdp):
         return spec
     if not isinstance(spec, PartitionSpec):
@@ -216,6 +224,8 @@ class Rules:
     rules: tuple[tuple[str, Any], ...]
     strict: bool
     on_indivisible: str
+    _compiled: tuple[re.Pattern[str], ...]
+    _hash: int
 
     def __init__(
         self,
@@ -270,7 +280,7 @@ class Rules:
         raise AttributeError("Rules are immutable")
 
     def __hash__(self) -> int:
-        return self._hash  # type: ignore[no-any-return]  # set in __init__
+        return self._hash
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Rules):
@@ -310,14 +320,14 @@ def _fsdp_spec(f: _Fsdp, shape: tuple[int, ...], mesh_shape: Mapping[str, int] |
         n *= mesh_shape[axis]
     size = int(np.prod(shape, dtype=np.int64)) if shape else 1
     if size < f.min_size:
-        return PartitionSpec()
+        return _pspec()
     best = -1
     for d, length in enumerate(shape):
         if length % n == 0 and length >= n and (best < 0 or length > shape[best]):
             best = d
     if best < 0:
-        return PartitionSpec()
-    return PartitionSpec(*([None] * best + [f.axis]))
+        return _pspec()
+    return _pspec(*([None] * best + [f.axis]))
 
 
 def _resolve(name: str, shape: tuple[int, ...], spec: Any, rules: Rules, mesh_shape: Mapping[str, int] | None) -> Any:
@@ -356,7 +366,7 @@ def _resolve(name: str, shape: tuple[int, ...], spec: Any, rules: Rules, mesh_sh
                 f"{split} does not divide (spec {spec}); change the rule, or pass "
                 "on_indivisible='replicate' to leave such dimensions unsplit"
             )
-    return PartitionSpec(*entries) if changed else spec
+    return _pspec(*entries) if changed else spec
 
 
 class _Resolved(NamedTuple):
@@ -375,7 +385,7 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
         raise TypeError(f"rules must be a spruce.sharding.Rules, got {type(rules).__name__}")
     mesh_shape = None if mesh_obj is None else dict(mesh_obj.shape)
     sig = tuple((tuple(x.shape), str(x.dtype)) if _is_array(x) else None for x in leaves)
-    key = (treedef, sig, rules, mesh_obj)
+    key: Any = (treedef, sig, rules, mesh_obj)
     try:
         hash(key)
     except TypeError:
@@ -397,8 +407,8 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
             continue
         shown = f"key path {name!r}" if name else "the root leaf"
         shape = tuple(int(d) for d in x.shape)
-        hit = rules.match(name)
-        if hit is None:
+        matched = rules.match(name)
+        if matched is None:
             if rules.strict:
                 raise ShardingError(
                     f"{shown} (shape {shape}): no rule matches it (strict rules); add a rule, "
@@ -407,10 +417,10 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
                 )
             from jax.sharding import PartitionSpec
 
-            specs_out.append(PartitionSpec())
+            specs_out.append(_pspec())
             rule_of.append(-1)
             continue
-        i, spec = hit
+        i, spec = matched
         used.add(i)
         if isinstance(spec, _Fsdp):
             spec = _fsdp_spec(spec, shape, mesh_shape, shown)
@@ -473,12 +483,12 @@ def shard(tree: Any, mesh: Any, rules: Rules) -> Any:
     Raises:
       ShardingError: as ``specs``.
     """
-    import jax
-
-    leaves, treedef = _tree.flatten(tree)
-    res = _resolve_tree(leaves, treedef, tree, rules, mesh)
+    import jax as jax_module
     from jax.sharding import NamedSharding
 
+    jax: Any = jax_module  # with_sharding_constraint and ShapeDtypeStruct are untyped in its stubs
+    leaves, treedef = _tree.flatten(tree)
+    res = _resolve_tree(leaves, treedef, tree, rules, mesh)
     out = []
     for x, spec in zip(leaves, res.specs):
         if spec is None:
@@ -594,6 +604,7 @@ def explain(tree: Any, mesh: Any, rules: Rules) -> Explanation:
         sharding = NamedSharding(mesh, spec)
         indices = sharding.devices_indices_map(shape)
         distinct = set()
+        dev: Any
         for dev, idx in indices.items():
             nb = itemsize * int(np.prod([len(range(*s.indices(n))) for s, n in zip(idx, shape)], dtype=np.int64))
             per[int(dev.id)] += nb

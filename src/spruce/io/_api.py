@@ -490,7 +490,8 @@ def dtype_of_any(dtype: Any) -> np.dtype[Any]:
         except ValueError:
             pass
     try:
-        return np.dtype(dtype)
+        out: np.dtype[Any] = np.dtype(dtype)
+        return out
     except TypeError:
         raise TypeError(f"load: dtype must be None, 'like' or a dtype, got {dtype!r}") from None
 
@@ -575,7 +576,7 @@ def _place(reader: Any, name: str, sharding: Any, dtype: np.dtype[Any]) -> Any:
     e = reader.parsed.tensors[name]
 
     def block(index: Any) -> np.ndarray[Any, Any]:
-        arr = reader.region(name, index)
+        arr: np.ndarray[Any, Any] = reader.region(name, index)
         return arr if arr.dtype == dtype else arr.astype(dtype)
 
     return jax.make_array_from_callback(e.shape, sharding, block)

@@ -348,15 +348,15 @@ def _tensor(path: str, name: str, info: Any, pieces: dict[str, Parsed]) -> tuple
         if not all(0 <= a <= b <= n for a, b, n in zip(start, stop, shape_t)):
             raise _bad(f"{where}: the slice {_text(start, stop)} in {file[:200]!r} lies outside its shape {list(shape_t)}", path)
         piece = _piece(path, file, name, pieces)
-        e = piece.tensors.get(key)
-        if e is None:
+        entry = piece.tensors.get(key)
+        if entry is None:
             raise CheckpointError(f"{where}: the piece file {file[:200]!r} has no block {key[:200]!r}", path)
         block = tuple(b - a for a, b in zip(start, stop))
-        if e.dtype != dtype or e.shape != block:
+        if entry.dtype != dtype or entry.shape != block:
             raise CheckpointError(
                 f"{where}: the index says the slice {_text(start, stop)} (shape {list(block)}, "
                 f"{SAFETENSORS_CODES[code]}) is the block {key[:200]!r} of {file[:200]!r}, which is "
-                f"{e.dtype.name}{list(e.shape)}",
+                f"{entry.dtype.name}{list(entry.shape)}",
                 path,
             )
         for other in out:
@@ -367,7 +367,7 @@ def _tensor(path: str, name: str, info: Any, pieces: dict[str, Parsed]) -> tuple
                     path,
                 )
         volume += shape_size(block)
-        out.append(Slice(file, key, start, stop, e))
+        out.append(Slice(file, key, start, stop, entry))
     if volume != shape_size(shape_t):
         raise CheckpointError(
             f"{where}: its slices cover {volume} of its {shape_size(shape_t)} elements (shape "
