@@ -286,3 +286,53 @@ def test_sharded_training_example() -> None:
     assert "restored on mesh {'data': 4, 'model': 2}: layers.0.weight P('model', None), (32, 8) per device" in proc.stdout
     losses = [float(line.rsplit(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("final loss")]
     assert len(losses) == 2 and abs(losses[0] - losses[1]) < 1e-5
+
+
+_SAVER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import spruce.io
+    folder = sys.argv[1]
+    k = 1
+    while True:
+        spruce.io.save_sharded(folder, {"step": k, "w": [np.full((256, 256), k, np.float32) for _ in range(8)]})
+        k += 1
+    """
+)
+
+
+def _step(folder: str) -> int:
+    """The step of the checkpoint being rewritten by another process (-1 when this read lost
+    the race with the deletion of the pieces it was about to read, as docs/io.md says)."""
+    try:
+        return int(sio.load(folder)["step"])
+    except sio.CheckpointError:
+        return -1
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.13])
+def test_a_save_killed_with_sigkill_leaves_a_loadable_checkpoint(tmp_path: Any, delay: float) -> None:
+    """A process saving in a loop is killed (SIGKILL) at some point: the directory still
+    loads, and the tree is one complete save (every array filled with that save's step)."""
+    import time
+
+    folder = str(tmp_path / "ckpt")
+    sio.save_sharded(folder, {"step": 0, "w": [np.zeros((256, 256), np.float32) for _ in range(8)]})
+    env = _env(1)
+    proc = subprocess.Popen([sys.executable, "-c", _SAVER, folder], env=env, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while _step(folder) < 2 and time.monotonic() < deadline:  # saving in a loop now
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.01)
+        time.sleep(delay)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+    tree = sio.load(folder)
+    step = tree["step"]
+    assert step >= 2 and len(tree["w"]) == 8 and all(np.all(w == step) for w in tree["w"])
