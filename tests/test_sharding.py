@@ -307,7 +307,7 @@ def _step(folder: str) -> int:
     the race with the deletion of the pieces it was about to read, as docs/io.md says)."""
     try:
         return int(sio.load(folder)["step"])
-    except sio.CheckpointError:
+    except (sio.CheckpointError, OSError):
         return -1
 
 
