@@ -27,7 +27,12 @@ import spruce.sharding as sh
 from spruce.io import CheckpointError, MismatchError
 from spruce.io import _sharded
 
-assert jax.device_count() == 8, "run through test_sharding.py (8 host devices)"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _eight_devices() -> None:
+    # (a check, not an import-time assert: --doctest-modules imports this file everywhere)
+    assert jax.device_count() == 8, "run through test_sharding.py (8 host devices)"
 
 Pair = namedtuple("Pair", ["kernel", "bias"])
 
