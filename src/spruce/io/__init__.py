@@ -16,6 +16,8 @@ nests by its dotted names (``unflatten_names``).
 - ``read_header(path)`` -> ``{name: TensorInfo(dtype, shape, size, nbytes)}``, no data read
 - ``read_metadata(path)`` -> the file's str -> str metadata
 - ``flatten_names(tree, *, sep='.')`` / ``unflatten_names(flat, *, sep='.')``
+- ``StoredNode``: what a Module / dataclass node loads as (without ``like``) when its class
+  cannot be found where the file is read
 - ``CheckpointError`` (unreadable / corrupted / unrebuildable file) and ``MismatchError``
   (the file does not fit ``like``), both ValueErrors.
 
