@@ -194,6 +194,28 @@ def test_save_sharded_metadata_and_round_trip(tmp_path: Any) -> None:
     assert sio.read_metadata(d)["epoch"] == "2"  # the refused saves left it as it was
 
 
+def test_shardings_without_like_for_every_kind_of_file(tmp_path: Any) -> None:
+    """shardings= without like: the stored structure (or the nested names of a file without
+    one) gets jax.Arrays; NumPy scalars and Python values stay as they are."""
+    import jax
+    from jax.sharding import SingleDeviceSharding
+    from safetensors.numpy import save_file
+
+    one = SingleDeviceSharding(jax.devices()[0])
+    tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "n": 4, "s": np.float32(2)}
+    plain = str(tmp_path / "plain.safetensors")
+    save_file({"enc.0.w": np.ones((2, 2), np.float32)}, plain)  # no spruce structure
+    back = sio.load(plain, shardings=one)
+    assert isinstance(back["enc"][0]["w"], jax.Array) and back["enc"][0]["w"].sharding == one
+    for name in ("t.npz", "t.safetensors", "dir"):
+        path = str(tmp_path / name)
+        (sio.save_sharded if name == "dir" else sio.save)(path, tree)
+        got = sio.load(path, shardings=one)
+        assert isinstance(got["w"], jax.Array) and got["w"].sharding == one
+        np.testing.assert_array_equal(np.asarray(got["w"]), tree["w"])
+        assert got["n"] == 4 and type(got["s"]) is np.float32
+
+
 def test_mmap_false_copies(tmp_path: Any) -> None:
     for path in (str(tmp_path / "a.safetensors"), str(tmp_path / "d")):
         save = sio.save_sharded if path.endswith("d") else sio.save
