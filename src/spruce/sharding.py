@@ -384,7 +384,7 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
     if not isinstance(rules, Rules):
         raise TypeError(f"rules must be a spruce.sharding.Rules, got {type(rules).__name__}")
     mesh_shape = None if mesh_obj is None else dict(mesh_obj.shape)
-    sig = tuple((tuple(x.shape), str(x.dtype)) if _is_array(x) else None for x in leaves)
+    sig = tuple((x.shape, x.dtype) if hasattr(x, "shape") and hasattr(x, "dtype") else type(x) for x in leaves)
     key: Any = (treedef, sig, rules, mesh_obj)
     try:
         hash(key)
