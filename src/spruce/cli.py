@@ -60,7 +60,7 @@ def _parser() -> _Parser:
             "totals first.  Reads only the file's header."
         ),
     )
-    ins.add_argument("file", help="a .safetensors or .npz file")
+    ins.add_argument("file", help="a .safetensors or .npz file, or a sharded checkpoint directory")
     ins.add_argument("--depth", type=int, default=None, metavar="N",
                      help="show N levels of the tree (deeper subtrees are summed); default: all")
     ins.add_argument("--filter", action="append", default=None, metavar="GLOB",
@@ -76,8 +76,8 @@ def _parser() -> _Parser:
             "Exit code 0 if A and B have the same structure, 1 if not, 2 on error."
         ),
     )
-    dif.add_argument("a", metavar="A", help="a .safetensors or .npz file")
-    dif.add_argument("b", metavar="B", help="a .safetensors or .npz file")
+    dif.add_argument("a", metavar="A", help="a .safetensors or .npz file, or a sharded checkpoint directory")
+    dif.add_argument("b", metavar="B", help="a .safetensors or .npz file, or a sharded checkpoint directory")
     dif.set_defaults(func=_diff)
 
     demo = sub.add_parser(
@@ -269,6 +269,8 @@ def _header(path: str) -> tuple[dict[str, Any], str]:
     from spruce.io._files import open_regular
 
     tensors = spruce.io.read_header(path)
+    if os.path.isdir(path):
+        return tensors, "sharded"
     low = path.lower()
     fmt = "npz" if low.endswith(".npz") else "safetensors"
     if not low.endswith((".npz", ".safetensors")):
@@ -316,6 +318,9 @@ def _inspect(args: argparse.Namespace, out: Any) -> int:
     table.add_column("dtype", no_wrap=True)
     table.add_column("params", justify="right", no_wrap=True)
     table.add_column("bytes", justify="right", no_wrap=True)
+    split = _split(args.file, root) if fmt == "sharded" else None
+    if split is not None:
+        table.add_column("split", no_wrap=True)
     for label, node, collapsed in _rows(root, args.depth):
         if not node.children:
             assert node.leaf is not None
@@ -326,10 +331,30 @@ def _inspect(args: argparse.Namespace, out: Any) -> int:
             dtype = next(iter(node.dtypes)) if len(node.dtypes) == 1 else "mixed"
             if not collapsed:
                 dtype = ""
-        table.add_row(Text(label), shape, dtype, f"{node.size:,}", _human(node.nbytes))
+        cells: list[Any] = [Text(label), shape, dtype, f"{node.size:,}", _human(node.nbytes)]
+        if split is not None:
+            cells.append(split.get(id(node), "") if not node.children else "")
+        table.add_row(*cells)
     if root.count:
         out.print(table)
     return 0
+
+
+def _split(path: str, root: _Node) -> dict[int, str]:
+    """How each tensor of a sharded checkpoint directory is split into blocks, by the id of
+    its row's node in ``root``."""
+    from spruce.io import _sharded
+
+    out: dict[int, str] = {}
+    for name, text in _sharded.layout(_sharded.parse_dir(path)).items():
+        node: _Node | None = root
+        for part in name.split("."):
+            node = None if node is None else node.children.get(part)
+        if node is not None and node.children:
+            node = node.children.get("")
+        if node is not None:
+            out[id(node)] = text
+    return out
 
 
 def _diff(args: argparse.Namespace, out: Any) -> int:

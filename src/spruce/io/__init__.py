@@ -8,11 +8,16 @@ checks every shape and dtype.  Files from other tools load too: a flat ``{name: 
 nests by its dotted names (``unflatten_names``).
 
 - ``save(path, tree, *, metadata=None)``
-- ``load(path, like=None, *, strict=True, rename=None)`` -> tree, or ``LoadResult`` when
-  ``strict=False``
+- ``save_sharded(directory, tree, *, metadata=None)``: each process writes only its devices'
+  distinct shards, as plain .safetensors pieces plus one JSON index; atomic as a whole
+- ``load(path, like=None, *, strict=True, rename=None, shardings=None, dtype=None, mmap=True)``
+  -> tree, or ``LoadResult`` when ``strict=False``; a file or a sharded directory, placed
+  straight onto any mesh with ``shardings=``
 - ``read_header(path)`` -> ``{name: TensorInfo(dtype, shape, size, nbytes)}``, no data read
 - ``read_metadata(path)`` -> the file's str -> str metadata
 - ``flatten_names(tree, *, sep='.')`` / ``unflatten_names(flat, *, sep='.')``
+- ``StoredNode``: what a Module / dataclass node loads as (without ``like``) when its class
+  cannot be found where the file is read
 - ``CheckpointError`` (unreadable / corrupted / unrebuildable file) and ``MismatchError``
   (the file does not fit ``like``), both ValueErrors.
 
@@ -43,16 +48,20 @@ from ._errors import CheckpointError as CheckpointError
 from ._errors import MismatchError as MismatchError
 from ._names import flatten_names as flatten_names
 from ._names import unflatten_names as unflatten_names
+from ._sharded import save_sharded as save_sharded
+from ._structure import StoredNode as StoredNode
 
 __all__ = [
     "CheckpointError",
     "LoadResult",
     "MismatchError",
+    "StoredNode",
     "TensorInfo",
     "flatten_names",
     "load",
     "read_header",
     "read_metadata",
     "save",
+    "save_sharded",
     "unflatten_names",
 ]

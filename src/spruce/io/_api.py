@@ -12,8 +12,8 @@ from typing import Any, Callable, Iterator, Literal, Mapping, NamedTuple, Union,
 import numpy as np
 
 from .. import tree as _tree
-from . import _npz, _safetensors
-from ._dtypes import NPZ_NAMES, SAFETENSORS_NAMES, describe
+from . import _npz, _safetensors, _sharded
+from ._dtypes import NPZ_NAMES, SAFETENSORS_NAMES, describe, dtype_of
 from ._errors import CheckpointError, MismatchError
 from ._files import Entry, MappedFile, Parsed, atomic_write, open_regular, open_same, shape_size, with_path
 from ._names import flatten_names, unflatten_names
@@ -102,11 +102,27 @@ def _parse(p: str) -> Parsed:
     return _safetensors.parse(p)
 
 
+def _parse_any(p: str) -> Parsed:
+    """The header of a checkpoint file, or the merged header of a sharded directory."""
+    if _sharded.is_sharded(p):
+        return _sharded.parse_dir(p).parsed
+    return _parse(p)
+
+
+def _open(p: str, copy: bool) -> Any:
+    """A reader (with ``.parsed``, ``.array(name)``, ``.region(name, index)``) for a file or a
+    sharded directory."""
+    if _sharded.is_sharded(p):
+        return _sharded.Reader(_sharded.parse_dir(p), copy)
+    return _Reader(_parse(p), copy)
+
+
 class _Reader:
     """Arrays of one parsed file: memory-mapped views, or decompressed npz members."""
 
-    def __init__(self, parsed: Parsed) -> None:
+    def __init__(self, parsed: Parsed, copy: bool = False) -> None:
         self.parsed = parsed
+        self.copy = copy
         self.mapped = MappedFile(parsed)
         self.file: Any = None
         self.zip: zipfile.ZipFile | None = None
@@ -116,11 +132,17 @@ class _Reader:
         if e is None:
             raise CheckpointError(f"the stored structure names a tensor {name[:200]!r} that the file does not have", self.parsed.path)
         if e.offset >= 0:
-            return self.mapped.array(e)
+            arr = self.mapped.array(e)
+            return arr.copy() if self.copy else arr
         if self.zip is None:
             self.file = open_same(self.parsed)
             self.zip = zipfile.ZipFile(self.file)
         return _npz.read_member(self.zip, e, self.parsed.path)
+
+    def region(self, name: str, index: Any) -> np.ndarray[Any, Any]:
+        """The block ``index`` (a tuple of slices) of tensor ``name``."""
+        arr = self.array(name)
+        return arr if index is None else arr[tuple(index)]
 
     def close(self) -> None:
         if self.zip is not None:
@@ -193,7 +215,7 @@ def read_header(path: PathLike) -> dict[str, TensorInfo]:
     """
     p = _fspath(path, "read_header")
     with _naming(p):
-        parsed = _parse(p)
+        parsed = _parse_any(p)
     names = list(parsed.tensors)
     try:
         doc = _doc(parsed)
@@ -225,7 +247,7 @@ def read_metadata(path: PathLike) -> dict[str, str]:
     """
     p = _fspath(path, "read_metadata")
     with _naming(p):
-        return dict(_parse(p).metadata)
+        return dict(_parse_any(p).metadata)
 
 
 def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None) -> None:
@@ -295,15 +317,19 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
 
 
 @overload
-def load(path: PathLike, like: Any = None, *, strict: Literal[True] = True, rename: Rename | None = None) -> Any: ...
+def load(path: PathLike, like: Any = None, *, strict: Literal[True] = True, rename: Rename | None = None, shardings: Any = None, dtype: Any = None, mmap: bool = True) -> Any: ...
 @overload
-def load(path: PathLike, like: Any = None, *, strict: Literal[False], rename: Rename | None = None) -> LoadResult: ...
+def load(path: PathLike, like: Any = None, *, strict: Literal[False], rename: Rename | None = None, shardings: Any = None, dtype: Any = None, mmap: bool = True) -> LoadResult: ...
 @overload
-def load(path: PathLike, like: Any = None, *, strict: bool, rename: Rename | None = None) -> Any: ...
+def load(path: PathLike, like: Any = None, *, strict: bool, rename: Rename | None = None, shardings: Any = None, dtype: Any = None, mmap: bool = True) -> Any: ...
 
 
-def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Rename | None = None) -> Any:
-    """Read a checkpoint written by ``save`` — or by another tool — into a pytree.
+def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Rename | None = None, shardings: Any = None, dtype: Any = None, mmap: bool = True) -> Any:
+    """Read a checkpoint written by ``save`` or ``save_sharded`` — or by another tool — into a
+    pytree.
+
+    ``path`` is a file or a sharded checkpoint directory (``save_sharded``); a sharded
+    directory loads exactly as the single file holding the same tree would.
 
     Without ``like``, the structure comes from the file: a file written by spruce is rebuilt
     as it was saved (containers, key order, None holes, namedtuples, Modules with their static
@@ -311,9 +337,11 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
     PyTorch checkpoint, a ``numpy.savez`` archive) is nested by ``unflatten_names``: dicts,
     with lists where the name components are 0, 1, ..., n-1.  Classes are looked up by
     module and name, only in modules already imported (or in packages already imported), and
-    built field by field without calling them; a node that cannot be rebuilt (its class is not
-    imported or has changed, its static fields were not plain data) raises CheckpointError
-    saying to pass ``like=``.
+    built field by field without calling them.  A class that cannot be found here does not
+    stop the load: a namedtuple is rebuilt as a namedtuple class of the stored name and
+    fields, a dataclass node (a Module) as a ``StoredNode`` stand-in (docs/io.md).  A node
+    that cannot be rebuilt (its class has changed, its static fields were not plain data)
+    raises CheckpointError saying to pass ``like=``.
 
     With ``like`` (any pytree of the wanted structure, e.g. a freshly built Module, or
     ``jax.eval_shape`` placeholders), each leaf of ``like`` is filled from the file entry
@@ -343,6 +371,21 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
         Hugging Face BERT tensor ``encoder.layer.0.attention.self.query.weight`` to
         ``layers.0.attention.query_proj.weight``.  Without ``like``, the renamed flat entries
         are nested by ``unflatten_names`` (the stored structure is not used).
+      shardings: a ``jax.sharding.Sharding``, or a tree of them (None: not placed) matching
+        ``like`` or a prefix of it (without ``like``: the stored tree): each array leaf
+        becomes a ``jax.Array`` built with ``jax.make_array_from_callback``, each device
+        reading only the bytes of its own slice from the memory map (a sharded directory's
+        pieces are read only where they overlap that slice).  Any mesh works, whatever the
+        layout at save time.  Without it, a ``jax.Array`` leaf of ``like`` gives its own
+        sharding, and other leaves load as NumPy arrays.
+      dtype: None (default): dtypes must match exactly.  A dtype (``jnp.float32``,
+        ``'bfloat16'``): every floating-point tensor is cast to it (integer and bool tensors
+        are not).  ``'like'``: floating-point tensors are cast to the dtype of the floating
+        ``like`` leaf they load into (PyTorch's ``load_state_dict`` copies into the
+        parameter's dtype the same way).  Casting copies the array.
+      mmap: True (default): arrays are views of a copy-on-write memory map.  False: every
+        array is copied into memory before ``load`` returns, so that nothing refers to the
+        file afterwards (rewriting or truncating it cannot disturb the arrays).
 
     Returns:
       The tree; with ``strict=False``, a ``LoadResult``.
@@ -352,7 +395,8 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
         truncated, its header lies, or its stored structure cannot be rebuilt without ``like``.
       MismatchError: with ``like``, a shape / dtype / kind differs (always), or (strict) names
         are missing or unexpected; the message lists the dotted names.
-      ValueError: ``rename`` maps two entries to one name.
+      ValueError: ``rename`` maps two entries to one name; ``shardings`` is not a prefix of
+        the tree (naming the key path); ``dtype='like'`` without ``like`` or ``shardings``.
       OSError: the file cannot be opened, mapped or read; the error names the file.
 
     >>> import os, tempfile, numpy as np
@@ -366,33 +410,90 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
     (array([0., 1., 2.]), ['extra'], ['b.0'])
     """
     p = _fspath(path, "load")
+    cast = _Cast(dtype)
+    if cast.like and like is None and shardings is None:
+        raise ValueError("load: dtype='like' casts to the dtypes of like's leaves: pass like=")
     with _naming(p):
-        return _load(p, like, strict, rename)
+        return _load(p, like, strict, rename, shardings, cast, mmap)
 
 
-def _load(p: str, like: Any, strict: bool, rename: Rename | None) -> Any:
-    parsed = _parse(p)
-    doc = _doc(parsed)
-    with _Reader(parsed) as reader:
+def _load(p: str, like: Any, strict: bool, rename: Rename | None, shardings: Any, cast: _Cast, mmap: bool) -> Any:
+    with _open(p, not mmap) as reader:
+        parsed = reader.parsed
+        doc = _doc(parsed)
+        if like is None and shardings is not None:
+            # the stored tree with zero-byte placeholder leaves (of the loaded dtype) as like=
+            def placeholder(name: str) -> np.ndarray[Any, Any]:
+                e = parsed.tensors[name]
+                return np.broadcast_to(np.zeros((), cast.result(e.final_dtype)), e.shape)
+
+            like = _load_plain(parsed, doc, placeholder, strict, rename)[0]
         if like is not None:
-            tree, missing, unexpected = _load_like(parsed, doc, reader, like, strict, rename)
-        elif rename is None and doc is not None:
-            dec = Decoder(parsed.path, reader.array)
-            tree = dec.decode(doc["tree"])
-            missing = []
-            unexpected = [n for n in parsed.tensors if n not in dec.used]
-            if strict and unexpected:
-                raise MismatchError(
-                    f"load: {parsed.path}: the file has tensors that its stored structure does "
-                    f"not use: {_listing(unexpected)} (strict=False loads without them)",
-                    unexpected=unexpected,
-                )
+            tree, missing, unexpected = _load_like(parsed, doc, reader, like, strict, rename, shardings, cast)
         else:
-            entries = _renamed(_entries(parsed, doc), rename)
-            flat = {target: _plain(reader, spec) for target, (_, spec) in entries.items()}
-            tree = unflatten_names(flat)
-            missing, unexpected = [], []
+            tree, missing, unexpected = _load_plain(parsed, doc, lambda n: cast.apply(reader.array(n)), strict, rename)
     return tree if strict else LoadResult(tree, missing, unexpected)
+
+
+def _load_plain(
+    parsed: Parsed, doc: dict[str, Any] | None, array: Callable[[str], Any], strict: bool, rename: Rename | None
+) -> tuple[Any, list[str], list[str]]:
+    """Load without ``like``: the stored structure, or the names nested."""
+    if rename is None and doc is not None:
+        dec = Decoder(parsed.path, array)
+        tree = dec.decode(doc["tree"])
+        unexpected = [n for n in parsed.tensors if n not in dec.used]
+        if strict and unexpected:
+            raise MismatchError(
+                f"load: {parsed.path}: the file has tensors that its stored structure does "
+                f"not use: {_listing(unexpected)} (strict=False loads without them)",
+                unexpected=unexpected,
+            )
+        return tree, [], unexpected
+    entries = _renamed(_entries(parsed, doc), rename)
+    flat = {target: _plain(array, spec) for target, (_, spec) in entries.items()}
+    return unflatten_names(flat), [], []
+
+
+class _Cast:
+    """The ``dtype=`` policy of ``load``."""
+
+    def __init__(self, dtype: Any) -> None:
+        self.like = isinstance(dtype, str) and dtype == "like"
+        self.dtype = None if dtype is None or self.like else dtype_of_any(dtype)
+
+    def result(self, stored: np.dtype[Any], wanted: Any = None) -> np.dtype[Any]:
+        """The dtype a tensor stored as ``stored`` loads as (into a leaf of dtype ``wanted``)."""
+        if not _is_float(stored):
+            return stored
+        if self.dtype is not None:
+            return self.dtype
+        if self.like and wanted is not None:
+            w = np.dtype(wanted)
+            return w if _is_float(w) else stored
+        return stored
+
+    def apply(self, arr: np.ndarray[Any, Any], wanted: Any = None) -> np.ndarray[Any, Any]:
+        to = self.result(arr.dtype, wanted)
+        return arr if to == arr.dtype else arr.astype(to)
+
+
+def _is_float(dt: np.dtype[Any]) -> bool:
+    return dt.kind == "f" or (dt.kind == "V" and "float" in dt.name)
+
+
+def dtype_of_any(dtype: Any) -> np.dtype[Any]:
+    """``np.dtype(dtype)``, also for ml_dtypes names such as ``'bfloat16'``."""
+    if isinstance(dtype, str):
+        try:
+            return dtype_of(dtype)
+        except ValueError:
+            pass
+    try:
+        out: np.dtype[Any] = np.dtype(dtype)
+        return out
+    except TypeError:
+        raise TypeError(f"load: dtype must be None, 'like' or a dtype, got {dtype!r}") from None
 
 
 # -- loading helpers -----------------------------------------------------------------------------
@@ -440,11 +541,11 @@ def _renamed(entries: dict[str, LeafSpec], rename: Rename | None) -> dict[str, t
     return out
 
 
-def _plain(reader: _Reader, spec: LeafSpec) -> Any:
+def _plain(array: Callable[[str], Any], spec: LeafSpec) -> Any:
     """The leaf as load without ``like`` gives it."""
     if not spec.tensor:
         return spec.value
-    arr = reader.array(spec.name)
+    arr = array(spec.name)
     return arr[()] if spec.scalar and arr.shape == () else arr
 
 
@@ -468,8 +569,22 @@ def _jax_types() -> tuple[Any, Any]:
     return getattr(jax, "Array", None), getattr(jax, "ShapeDtypeStruct", None)
 
 
-def _fill(parsed: Parsed, reader: _Reader, spec: LeafSpec, x: Any) -> tuple[bool, Any]:
-    """``(ok, value)``: the file entry ``spec`` loaded as the kind of leaf ``x`` is."""
+def _place(reader: Any, name: str, sharding: Any, dtype: np.dtype[Any]) -> Any:
+    """A jax.Array on ``sharding`` whose devices each read only their own block."""
+    import jax
+
+    e = reader.parsed.tensors[name]
+
+    def block(index: Any) -> np.ndarray[Any, Any]:
+        arr: np.ndarray[Any, Any] = reader.region(name, index)
+        return arr if arr.dtype == dtype else arr.astype(dtype)
+
+    return jax.make_array_from_callback(e.shape, sharding, block)
+
+
+def _fill(parsed: Parsed, reader: Any, spec: LeafSpec, x: Any, sharding: Any, cast: _Cast) -> tuple[bool, Any]:
+    """``(ok, value)``: the file entry ``spec`` loaded as the kind of leaf ``x`` is (placed on
+    ``sharding`` if it is not None)."""
     t = type(x)
     if t is bool or t is int or t is float:
         if not spec.tensor:
@@ -489,40 +604,74 @@ def _fill(parsed: Parsed, reader: _Reader, spec: LeafSpec, x: Any) -> tuple[bool
         return False, None
     e = parsed.tensors[spec.name]
     try:
-        same = tuple(x.shape) == e.shape and np.dtype(x.dtype) == e.final_dtype
+        to = cast.result(e.final_dtype, x.dtype)
+        same = tuple(x.shape) == e.shape and np.dtype(x.dtype) == to
     except TypeError:
         same = False
     if not same:
         return False, None
-    arr = reader.array(spec.name)
+    jarr, sds = _jax_types()
+    if sharding is None and ((jarr is not None and isinstance(x, jarr)) or (sds is not None and isinstance(x, sds) and x.sharding is not None)):
+        sharding = x.sharding
+    if sharding is not None and not isinstance(x, np.generic):
+        return True, _place(reader, spec.name, sharding, to)
+    arr = cast.apply(reader.array(spec.name), to)
     if isinstance(x, np.generic):
         return True, arr[()]
-    jarr, sds = _jax_types()
-    if (jarr is not None and isinstance(x, jarr)) or (sds is not None and isinstance(x, sds) and x.sharding is not None):
-        import jax
-
-        return True, jax.device_put(arr, x.sharding)
     return True, arr
 
 
+class _Box:
+    """A sharding (or None) held as one leaf."""
+
+    __slots__ = ("sharding",)
+
+    def __init__(self, sharding: Any) -> None:
+        self.sharding = sharding
+
+
+def _shardings_for(shardings: Any, like: Any, n: int) -> list[Any]:
+    """One sharding (or None) per leaf of ``like``, from a tree of shardings that is a prefix
+    of ``like`` (None entries: not placed)."""
+    if shardings is None:
+        return [None] * n
+    from jax.sharding import Sharding
+
+    def is_leaf(s: Any) -> bool:
+        return s is None or isinstance(s, Sharding)
+
+    boxed = _tree.map(_Box, shardings, is_leaf=is_leaf)
+    try:
+        full = _tree.broadcast(boxed, like, is_leaf=lambda b: isinstance(b, _Box))
+    except ValueError as e:
+        raise ValueError(f"load: shardings must be a tree of Shardings matching like or a prefix of it: {e}") from None
+    out = [b.sharding for b in _tree.leaves(full, is_leaf=lambda b: isinstance(b, _Box))]
+    if len(out) != n:  # pragma: no cover - broadcast keeps like's leaves
+        raise ValueError("load: shardings do not line up with the leaves of like")
+    return out
+
+
 def _load_like(
-    parsed: Parsed, doc: dict[str, Any] | None, reader: _Reader, like: Any, strict: bool, rename: Rename | None
+    parsed: Parsed, doc: dict[str, Any] | None, reader: Any, like: Any, strict: bool, rename: Rename | None,
+    shardings: Any = None, cast: _Cast | None = None,
 ) -> tuple[Any, list[str], list[str]]:
     names = list(flatten_names(like))  # raises on two leaves with one name
     leaves, treedef = _tree.flatten(like)
+    placements = _shardings_for(shardings, like, len(leaves))
+    cast = cast if cast is not None else _Cast(None)
     entries = _renamed(_entries(parsed, doc), rename)
     out: list[Any] = []
     missing: list[str] = []
     mismatched: list[tuple[str, str, str]] = []
     used: set[str] = set()
-    for name, x in zip(names, leaves):
+    for name, x, sharding in zip(names, leaves, placements):
         hit = entries.get(name)
         if hit is None:
             missing.append(name)
             out.append(x)
             continue
         used.add(name)
-        ok, value = _fill(parsed, reader, hit[1], x)
+        ok, value = _fill(parsed, reader, hit[1], x, sharding, cast)
         if not ok:
             shown = name if hit[0] == name else f"{name} (stored as {hit[0]})"
             mismatched.append((shown, _like_text(x), _spec_text(parsed, hit[1])))

@@ -193,6 +193,12 @@ def atomic_write(path: str, write: Callable[[str], None]) -> None:
             raise
     except OSError as e:
         raise with_path(e, path) from None
+    fsync_dir(folder)
+
+
+def fsync_dir(folder: str) -> None:
+    """Flush a folder's entries (new and renamed files) to disk; best effort (some file
+    systems cannot open or fsync a directory)."""
     try:
         dfd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:

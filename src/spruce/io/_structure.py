@@ -31,7 +31,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections import OrderedDict, defaultdict, deque
+import threading
+from collections import OrderedDict, defaultdict, deque, namedtuple
 from typing import Any, Callable, Final, NamedTuple
 
 import numpy as np
@@ -77,9 +78,10 @@ class Encoded(NamedTuple):
 
 
 class _Encoder:
-    def __init__(self, allowed: frozenset[str], fmt: str) -> None:
+    def __init__(self, allowed: frozenset[str], fmt: str, keep_jax: bool = False) -> None:
         self.allowed = allowed
         self.fmt = fmt
+        self.keep_jax = keep_jax
         self.esc = escaper(".")
         self.arrays: dict[str, np.ndarray[Any, Any]] = {}
         self.where: dict[str, tuple[Any, ...]] = {}
@@ -130,6 +132,12 @@ class _Encoder:
             self.arrays[name] = self.array(path, np.asarray(x), "a NumPy scalar")
             return {"tensor": name, "scalar": True}
         jarr = _jax_array_type()
+        if jarr is not None and isinstance(x, jarr) and self.keep_jax:
+            if name_of(x.dtype, self.allowed) is None:
+                raise self.fail(path, f"is a jax.Array of dtype {describe(x.dtype)}, which {self.fmt} files cannot hold")
+            name = self.claim(path)
+            self.arrays[name] = x  # kept on its devices: the caller writes it shard by shard
+            return {"tensor": name}
         if jarr is not None and isinstance(x, jarr):
             try:
                 host = np.asarray(x)
@@ -233,6 +241,12 @@ class _Encoder:
         return out
 
     def custom(self, x: Any, t: type, kv: list[Any], td: Any, path: tuple[Any, ...], depth: int) -> Any:
+        if t is StoredNode:
+            return {
+                "class": x.class_name,
+                "fields": [[k.name, self.node(c, path + (k,), depth + 1)] for k, c in kv],
+                "static": [[n, encode_value(v)] for n, v in x.static.items()],
+            }
         ref, problem = class_ref(t)
         keys = [k for k, _ in kv]
         is_fields = (
@@ -287,14 +301,15 @@ class _Encoder:
         return out
 
 
-def encode_tree(tree: Any, allowed: frozenset[str], fmt: str) -> Encoded:
+def encode_tree(tree: Any, allowed: frozenset[str], fmt: str, keep_jax: bool = False) -> Encoded:
     """The structure document of ``tree`` and its arrays (contiguous, little-endian) by name.
+    With ``keep_jax``, jax.Array leaves are returned as they are (not copied to the host).
 
     Raises:
       ValueError: a leaf that cannot be stored (naming its key path and why), two leaves with
         the same name, a dict key that is not plain data, a tree deeper than MAX_DEPTH.
     """
-    enc = _Encoder(allowed, fmt)
+    enc = _Encoder(allowed, fmt, keep_jax)
     root = enc.node(tree, (), 0)
     return Encoded({"version": FORMAT_VERSION, "tree": root}, enc.arrays)
 
@@ -422,6 +437,90 @@ def leaf_table(doc_tree: Any, file: str) -> list[LeafSpec]:
     return out
 
 
+class StoredNode:
+    """What ``spruce.io.load`` (without ``like``) gives for a dataclass pytree node — a
+    ``spruce.Module``, a ``register_dataclass`` class — whose class cannot be found where the
+    checkpoint is read (its module is not imported, or the class is gone).
+
+    A plain stand-in that keeps everything the file holds: ``class_name`` (the stored
+    ``'module:qualname'``), ``fields`` (name -> child, in the stored order) and ``static``
+    (name -> plain value).  Fields and static fields read as attributes (``node.weight``).  It
+    is a pytree node of ``spruce.tree`` whose children are the fields, keyed by attribute name,
+    so the dotted names of its leaves are the original ones; saving it writes the original
+    class node again.  To get the real class, import its module before loading, or pass
+    ``like=``.
+
+    >>> n = StoredNode('mypkg.layers:Dense', {'weight': 1.0}, {'features': 4})
+    >>> n.weight, n.features, n
+    (1.0, 4, StoredNode('mypkg.layers:Dense', weight=1.0, features=4))
+    """
+
+    __slots__ = ("class_name", "fields", "static")
+
+    class_name: str
+    fields: dict[str, Any]
+    static: dict[str, Any]
+
+    def __init__(self, class_name: str, fields: dict[str, Any], static: dict[str, Any] | None = None) -> None:
+        object.__setattr__(self, "class_name", class_name)
+        object.__setattr__(self, "fields", dict(fields))
+        object.__setattr__(self, "static", dict(static or {}))
+
+    def __getattr__(self, name: str) -> Any:
+        for table in ("fields", "static"):
+            d = object.__getattribute__(self, table)
+            if name in d:
+                return d[name]
+        raise AttributeError(f"the stored {object.__getattribute__(self, 'class_name')} has no field {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("StoredNode is immutable")
+
+    def __repr__(self) -> str:
+        items = [repr(self.class_name)] + [f"{k}={v!r}" for k, v in {**self.fields, **self.static}.items()]
+        return f"StoredNode({', '.join(items)})"
+
+
+def _stored_flatten_with_keys(n: StoredNode) -> tuple[list[tuple[Any, Any]], Any]:
+    return [(_tree.GetAttrKey(k), v) for k, v in n.fields.items()], (n.class_name, tuple(n.fields), tuple(n.static.items()))
+
+
+def _stored_unflatten(aux: Any, children: Any) -> StoredNode:
+    name, keys, static = aux
+    return StoredNode(name, dict(zip(keys, children)), dict(static))
+
+
+_tree.register_pytree_with_keys(
+    StoredNode,
+    _stored_flatten_with_keys,
+    _stored_unflatten,
+    lambda n: (list(n.fields.values()), (n.class_name, tuple(n.fields), tuple(n.static.items()))),
+)
+
+_standin_lock = threading.Lock()
+_standins: dict[tuple[str, tuple[str, ...]], type] = {}
+
+
+def standin_namedtuple(ref: str, fields: list[str]) -> type | None:
+    """A namedtuple class named as the stored ``module:qualname`` says, with the stored fields
+    (one class per name and fields, so equal nodes share it); None if the names cannot make a
+    namedtuple."""
+    key = (ref, tuple(fields))
+    with _standin_lock:
+        got = _standins.get(key)
+        if got is not None:
+            return got
+        module, _, qualname = ref.partition(":")
+        typename = qualname.rsplit(".", 1)[-1]
+        try:
+            cls = namedtuple(typename, fields, module=module or None)  # type: ignore[misc]
+        except (ValueError, TypeError):
+            return None
+        if len(_standins) < 1024:
+            _standins[key] = cls
+        return cls
+
+
 class Decoder:
     """Rebuilds a tree from a structure document (see the module docstring)."""
 
@@ -466,7 +565,8 @@ class Decoder:
                 return arr[()]
             return arr
         opaque = node.get("opaque")
-        if opaque is not None:
+        local = opaque is not None and kind in ("namedtuple", "structseq")  # fields stored: a stand-in
+        if opaque is not None and not local:
             stored = node.get(kind) if kind in ("class", "namedtuple", "structseq") else None
             what = f"the {kind} {stored}" if type(stored) is str and len(stored) <= 200 else f"the {kind}"
             reason = str(opaque)
@@ -500,8 +600,15 @@ class Decoder:
             maxlen = node.get("maxlen")
             _need(maxlen is None or (type(maxlen) is int and maxlen >= len(values)), "bad deque maxlen")
             return deque(values, maxlen=maxlen)
-        cls: Any = self.cls(node[kind], where)
         names = [n for n, _ in _fields(node)]
+        if local and type(node[kind]) is str:
+            return self.stand_in(kind, node, names, values, where)
+        try:
+            cls: Any = self.cls(node[kind], where)
+        except CheckpointError as e:
+            if type(node[kind]) is not str or "malformed class name" in str(e):
+                raise
+            return self.stand_in(kind, node, names, values, where)
         if kind == "namedtuple":
             if not _is_namedtuple_class(cls) or list(cls._fields) != names:
                 raise self.cannot_rebuild(where, f"{node[kind]} is not a namedtuple with fields {names} (the class has changed?)")
@@ -540,6 +647,24 @@ class Decoder:
                 f"{['.' + n for n in names]} (the class has changed?)",
             )
         return obj
+
+    def stand_in(self, kind: str, node: dict[str, Any], names: list[str], values: list[Any], where: str) -> Any:
+        """The node as a plain stand-in, for a class that cannot be found here: a namedtuple
+        class rebuilt from the stored name and fields, or a StoredNode."""
+        ref = node[kind]
+        if kind in ("namedtuple", "structseq"):
+            cls = standin_namedtuple(ref, names)
+            if cls is None:
+                raise self.cannot_rebuild(where, f"{ref[:100]} cannot be found, and its fields {names} cannot make a namedtuple")
+            return tuple.__new__(cls, values)
+        static = {}
+        for n, v in _pairs(node.get("static"), "static"):
+            _need(type(n) is str, "a static field name is not a str")
+            try:
+                static[n] = decode_value(v)
+            except ValueError as e:
+                raise _Corrupt(str(e)) from None
+        return StoredNode(ref, dict(zip(names, values)), static)
 
     def cls(self, ref: Any, where: str) -> Any:
         try:

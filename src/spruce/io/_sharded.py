@@ -1,0 +1,454 @@
+"""Sharded checkpoints: a directory of plain .safetensors pieces and one JSON index.
+
+Writing (``save_sharded``): every process writes one piece file holding the distinct shards
+its devices own (a shard held by several devices is owned by the one with the lowest device
+id, so it is written exactly once), streamed shard by shard: at most one shard is copied to
+the host at a time.  Then the processes meet at a barrier, process 0 writes the index
+atomically (the commit point), removes the pieces of older checkpoints, and all meet again.
+The layout of every array is known to every process from its sharding
+(``devices_indices_map``), so the index needs no communication but the two barriers and the
+broadcast of a random generation name (JAX's ``multihost_utils``).
+
+Reading: ``parse_dir`` validates the index and every piece's header before any data is
+touched; ``Reader`` assembles arrays (``array``) or the region one device needs (``region``,
+used by ``jax.make_array_from_callback``) from memory-mapped pieces.  Format: docs/io.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import sys
+from typing import Any, Final, Mapping, NamedTuple
+
+import numpy as np
+
+from ._dtypes import CODE_OF_NAME, SAFETENSORS_CODES, SAFETENSORS_NAMES, dtype_of
+from ._errors import CheckpointError
+from ._files import Entry, MappedFile, Parsed, atomic_write, fsync_dir, open_regular, shape_size, with_path
+from . import _safetensors
+from ._structure import TREEDEF_KEY, encode_tree
+
+INDEX: Final = "index.json"
+FORMAT: Final = "spruce.sharded"
+VERSION: Final = 1
+MAX_INDEX: Final = 1 << 30  # bytes
+PIECE: Final = re.compile(r"\A([0-9a-f]{16})-(\d{5})-of-(\d{5})\.safetensors\Z")
+_PIECE_FILE: Final = re.compile(r"\A[^/\\\x00]+\.safetensors\Z")
+
+
+class Slice(NamedTuple):
+    """One stored block of a tensor: the piece file, its key there, the block's start and stop
+    in the global array, and (once parsed) the piece's entry."""
+
+    file: str
+    key: str
+    start: tuple[int, ...]
+    stop: tuple[int, ...]
+    entry: Entry | None = None
+
+
+class Index(NamedTuple):
+    """A validated sharded checkpoint: ``parsed`` describes the merged tensors (as a single
+    file's header would), ``slices`` where each one's blocks are, ``pieces`` the parsed piece
+    headers by file name."""
+
+    parsed: Parsed
+    slices: dict[str, list[Slice]]
+    pieces: dict[str, Parsed]
+
+
+def is_sharded(path: str) -> bool:
+    """True if ``path`` is a directory holding an index file."""
+    return os.path.isdir(path) and os.path.exists(os.path.join(path, INDEX))
+
+
+# -- writing -----------------------------------------------------------------------------------------
+
+
+def _process() -> tuple[int, int]:
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return 0, 1
+    return int(jax.process_index()), int(jax.process_count())
+
+
+def _key(name: str, start: tuple[int, ...], stop: tuple[int, ...], shape: tuple[int, ...]) -> str:
+    if start == (0,) * len(shape) and stop == shape:
+        return name
+    return name + "[" + ",".join(f"{a}:{b}" for a, b in zip(start, stop)) + "]"
+
+
+class _Block(NamedTuple):
+    name: str
+    key: str
+    start: tuple[int, ...]
+    stop: tuple[int, ...]
+    process: int
+    data: Any  # a callable giving the block as a NumPy array, on the writing process; else None
+
+
+def _plan(arrays: Mapping[str, Any], me: int, count: int = 1) -> list[_Block]:
+    """Every distinct block of every array, its writer, and (for this process) its data.
+    With several processes, an array held by this process's devices only (not a global
+    array) is a host value, written by process 0 like a NumPy array."""
+    jarr = getattr(sys.modules.get("jax"), "Array", None)
+    blocks: list[_Block] = []
+    for name, x in arrays.items():
+        shape = tuple(int(d) for d in x.shape)
+        if jarr is None or not isinstance(x, jarr) or (count > 1 and x.is_fully_addressable):
+            blocks.append(_Block(name, name, (0,) * len(shape), shape, 0, (lambda x=x: x) if me == 0 else None))
+            continue
+        owners: dict[tuple[tuple[int, ...], tuple[int, ...]], Any] = {}
+        for dev, idx in x.sharding.devices_indices_map(shape).items():
+            bounds = [s.indices(n)[:2] for s, n in zip(idx, shape)]
+            box = (tuple(b[0] for b in bounds), tuple(b[1] for b in bounds))
+            if box not in owners or dev.id < owners[box].id:
+                owners[box] = dev
+        local = {s.device: s for s in x.addressable_shards}
+        for (start, stop), dev in sorted(owners.items()):
+            data = None
+            if dev.process_index == me:
+                shard = local[dev]
+                data = lambda shard=shard: np.asarray(shard.data)  # noqa: E731  (one shard at a time)
+            blocks.append(_Block(name, _key(name, start, stop, shape), start, stop, int(dev.process_index), data))
+    return blocks
+
+
+def _write_piece(path: str, blocks: list[_Block], arrays: Mapping[str, Any]) -> None:
+    """Stream ``blocks`` into a safetensors file at ``path`` (fsynced)."""
+    header: dict[str, Any] = {}
+    pos = 0
+    for b in blocks:
+        dt = np.dtype(arrays[b.name].dtype)
+        shape = [e - s for s, e in zip(b.start, b.stop)]
+        n = shape_size(tuple(shape)) * dt.itemsize
+        header[b.key] = {"dtype": CODE_OF_NAME[dt.name], "shape": shape, "data_offsets": [pos, pos + n]}
+        pos += n
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little"))
+        f.write(raw)
+        for b in blocks:
+            arr = np.asarray(b.data())
+            if arr.dtype.byteorder == ">":
+                arr = arr.astype(arr.dtype.newbyteorder("<"))
+            arr = np.ascontiguousarray(arr)
+            f.write(arr.reshape(-1).view(np.uint8).data)
+            del arr
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def save_sharded(directory: Any, tree: Any, *, metadata: Mapping[str, str] | None = None) -> None:
+    """Write a pytree as a sharded checkpoint: a directory of .safetensors pieces and an index.
+
+    Each process writes only the shards its devices hold, and each distinct shard exactly once
+    (a replicated array is written by the device of lowest id holding it, not once per
+    replica).  Shards are copied to the host one at a time and streamed to the piece file, so
+    no process gathers an array and the extra memory stays near one shard.  NumPy arrays and
+    other host leaves — and, with several processes, jax.Arrays that live on one process's
+    devices only — are written by process 0 (every process is expected to hold the same
+    value).  The pieces are plain safetensors files
+    (``safetensors.numpy.load_file`` reads them); ``index.json`` records each tensor's global
+    shape and dtype, which block is in which file, your ``metadata`` and the tree's structure
+    (as ``save`` stores it).  Format: docs/io.md.
+
+    Atomic as a whole: the pieces get a new random generation name, and the checkpoint
+    changes only when ``index.json`` is replaced (write to a temporary file, fsync, rename).  A
+    process killed before that leaves the previous checkpoint at ``directory`` as it was
+    (loadable), plus stray pieces that the next save removes.  After the new index is in
+    place, the pieces of older checkpoints are deleted.
+
+    Under ``jax.distributed`` every process must call it, with the same tree structure;
+    ``directory`` must be on a file system all processes share.  Process 0 draws the
+    generation name and broadcasts it; each process writes its piece; all meet at a barrier
+    (``multihost_utils.sync_global_devices``); process 0 then writes the index and removes
+    old pieces, and all meet again, so that the checkpoint is complete on every process when
+    the call returns.
+
+    Args:
+      directory: the checkpoint directory (created if missing; parents must exist).
+      tree: the pytree; ``jax.Array`` leaves are written shard by shard, other leaves as
+        ``save`` writes them.
+      metadata: extra str -> str entries (keys must not start with ``spruce.``).
+
+    Raises:
+      ValueError: a leaf that cannot be stored (naming its key path), bad metadata.
+      OSError: an I/O failure, naming ``directory``.
+
+    >>> import os, tempfile, numpy as np
+    >>> d = os.path.join(tempfile.mkdtemp(), 'ckpt')
+    >>> save_sharded(d, {'w': np.arange(4.0), 'step': 3})
+    >>> sorted(os.listdir(d))[-1]
+    'index.json'
+    """
+    p = os.fsdecode(directory)
+    meta: dict[str, str] = {}
+    for k, v in (metadata or {}).items():
+        if type(k) is not str or type(v) is not str:
+            raise ValueError(f"save_sharded: metadata must map str to str, got {k!r}: {type(v).__name__}")
+        if k.startswith("spruce."):
+            raise ValueError(f"save_sharded: metadata keys starting with 'spruce.' are reserved, got {k!r}")
+        meta[k] = v
+    enc = encode_tree(tree, SAFETENSORS_NAMES, ".safetensors", keep_jax=True)
+    meta[TREEDEF_KEY] = json.dumps(enc.doc, allow_nan=False, separators=(",", ":"))
+    me, count = _process()
+    gen = secrets.token_hex(8)
+    if count > 1:
+        from jax.experimental import multihost_utils
+
+        words = np.frombuffer(bytes.fromhex(gen), dtype=np.uint32)
+        gen = np.asarray(multihost_utils.broadcast_one_to_all(words)).astype(np.uint32).tobytes().hex()
+    blocks = _plan(enc.arrays, me, count)
+    writers = sorted({b.process for b in blocks})
+    files = {w: f"{gen}-{w:05d}-of-{count:05d}.safetensors" for w in writers}
+    try:
+        if os.path.exists(p) and not os.path.isdir(p):
+            raise NotADirectoryError(20, os.strerror(20), p)
+        os.makedirs(p, exist_ok=True)
+        if me in files:
+            _write_piece(os.path.join(p, files[me]), [b for b in blocks if b.process == me], enc.arrays)
+        fsync_dir(p)
+    except OSError as e:
+        raise with_path(e, p) from None
+    if count > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(f"spruce.io.save_sharded:{gen}:written")
+    if me == 0:
+        tensors: dict[str, Any] = {}
+        for name, x in enc.arrays.items():
+            tensors[name] = {"dtype": CODE_OF_NAME[np.dtype(x.dtype).name], "shape": [int(d) for d in x.shape], "slices": []}
+        for b in blocks:
+            tensors[b.name]["slices"].append([files[b.process], b.key, [[s, e] for s, e in zip(b.start, b.stop)]])
+        doc = {"format": FORMAT, "version": VERSION, "metadata": meta, "tensors": tensors}
+        text = json.dumps(doc, separators=(",", ":")).encode("utf-8")
+
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as f:
+                f.write(text)
+
+        atomic_write(os.path.join(p, INDEX), write)
+        keep = set(files.values())
+        for old in os.listdir(p):
+            if PIECE.match(old) and old not in keep:
+                try:
+                    os.unlink(os.path.join(p, old))
+                except OSError:
+                    pass
+    if count > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(f"spruce.io.save_sharded:{gen}:committed")
+
+
+# -- reading -----------------------------------------------------------------------------------------
+
+
+def _bad(msg: str, path: str) -> CheckpointError:
+    return CheckpointError(f"corrupted index: {msg}", path)
+
+
+def parse_dir(path: str) -> Index:
+    """Read and validate a sharded checkpoint's index and the headers of all its pieces.
+
+    Raises:
+      CheckpointError: the index is malformed; a piece file is missing or corrupted; a block
+        is not in its piece, or its dtype or shape there differs from the index; blocks lie
+        outside the tensor, overlap, or do not cover it.  The message names the tensor and
+        the piece file.
+      OSError: the index cannot be read.
+    """
+    index_path = os.path.join(path, INDEX)
+    with open_regular(index_path) as f:
+        raw = f.read(MAX_INDEX + 1)
+    if len(raw) > MAX_INDEX:
+        raise _bad(f"{INDEX} is larger than {MAX_INDEX} bytes", path)
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise _bad(f"{INDEX} is not JSON: {e}", path) from None
+    if type(doc) is not dict or doc.get("format") != FORMAT or type(doc.get("version")) is not int:
+        raise _bad(f"{INDEX} is not a {FORMAT} index", path)
+    if doc["version"] > VERSION:
+        raise CheckpointError(
+            f"the index was written in {FORMAT} version {doc['version']}; this spruce reads version "
+            f"{VERSION} and older: upgrade spruce",
+            path,
+        )
+    meta = doc.get("metadata")
+    if type(meta) is not dict or not all(type(k) is str and type(v) is str for k, v in meta.items()):
+        raise _bad("metadata is not a str -> str object", path)
+    table = doc.get("tensors")
+    if type(table) is not dict:
+        raise _bad("no tensors object", path)
+    pieces: dict[str, Parsed] = {}
+    tensors: dict[str, Entry] = {}
+    slices: dict[str, list[Slice]] = {}
+    for name, info in table.items():
+        tensors[name], slices[name] = _tensor(path, name, info, pieces)
+    parsed = Parsed(path, "sharded", tensors, dict(meta), 0, ())
+    return Index(parsed, slices, pieces)
+
+
+def _piece(path: str, file: str, name: str, pieces: dict[str, Parsed]) -> Parsed:
+    got = pieces.get(file)
+    if got is not None:
+        return got
+    where = f"tensor {name[:200]!r}: piece file {file[:200]!r}"
+    if type(file) is not str or not _PIECE_FILE.match(file) or file.startswith(".") or file == INDEX:
+        raise _bad(f"{where} is not a plain .safetensors file name in the directory", path)
+    full = os.path.join(path, file)
+    try:
+        got = _safetensors.parse(full)
+    except FileNotFoundError:
+        raise CheckpointError(f"{where} is missing", path) from None
+    except CheckpointError as e:
+        raise CheckpointError(f"{where} is unreadable: {e}", path) from None
+    except OSError as e:
+        raise CheckpointError(f"{where} cannot be read: {e}", path) from None
+    pieces[file] = got
+    return got
+
+
+def _tensor(path: str, name: str, info: Any, pieces: dict[str, Parsed]) -> tuple[Entry, list[Slice]]:
+    where = f"tensor {name[:200]!r}"
+    if type(info) is not dict:
+        raise _bad(f"{where} is not an object", path)
+    code = info.get("dtype")
+    if code not in SAFETENSORS_CODES:
+        raise _bad(f"{where} has an unknown dtype {str(code)[:40]!r}", path)
+    shape = info.get("shape")
+    if type(shape) is not list or len(shape) > 64 or not all(type(d) is int and d >= 0 for d in shape):
+        raise _bad(f"{where} has a malformed shape {str(shape)[:80]}", path)
+    shape_t = tuple(shape)
+    try:
+        dtype = dtype_of(SAFETENSORS_CODES[code])
+    except ValueError as e:
+        raise CheckpointError(f"{where}: {e}", path) from None
+    raw = info.get("slices")
+    if type(raw) is not list or not raw:
+        raise _bad(f"{where} has no slices", path)
+    out: list[Slice] = []
+    volume = 0
+    for item in raw:
+        if not (type(item) is list and len(item) == 3 and type(item[0]) is str and type(item[1]) is str and type(item[2]) is list):
+            raise _bad(f"{where} has a malformed slice {str(item)[:120]}", path)
+        file, key, bounds = item
+        if len(bounds) != len(shape_t) or not all(
+            type(b) is list and len(b) == 2 and all(type(v) is int for v in b) for b in bounds
+        ):
+            raise _bad(f"{where}: the slice {str(bounds)[:120]} in {file[:200]!r} does not fit shape {list(shape_t)}", path)
+        start = tuple(b[0] for b in bounds)
+        stop = tuple(b[1] for b in bounds)
+        if not all(0 <= a <= b <= n for a, b, n in zip(start, stop, shape_t)):
+            raise _bad(f"{where}: the slice {_text(start, stop)} in {file[:200]!r} lies outside its shape {list(shape_t)}", path)
+        piece = _piece(path, file, name, pieces)
+        entry = piece.tensors.get(key)
+        if entry is None:
+            raise CheckpointError(f"{where}: the piece file {file[:200]!r} has no block {key[:200]!r}", path)
+        block = tuple(b - a for a, b in zip(start, stop))
+        if entry.dtype != dtype or entry.shape != block:
+            raise CheckpointError(
+                f"{where}: the index says the slice {_text(start, stop)} (shape {list(block)}, "
+                f"{SAFETENSORS_CODES[code]}) is the block {key[:200]!r} of {file[:200]!r}, which is "
+                f"{entry.dtype.name}{list(entry.shape)}",
+                path,
+            )
+        for other in out:
+            if all(max(a, c) < min(b, d) for a, b, c, d in zip(start, stop, other.start, other.stop)):
+                raise CheckpointError(
+                    f"{where}: the slices {_text(other.start, other.stop)} in {other.file[:200]!r} and "
+                    f"{_text(start, stop)} in {file[:200]!r} overlap",
+                    path,
+                )
+        volume += shape_size(block)
+        out.append(Slice(file, key, start, stop, entry))
+    if volume != shape_size(shape_t):
+        raise CheckpointError(
+            f"{where}: its slices cover {volume} of its {shape_size(shape_t)} elements (shape "
+            f"{list(shape_t)}; pieces {sorted({s.file for s in out})}): the checkpoint is incomplete",
+            path,
+        )
+    return Entry(dtype, shape_t, shape_size(shape_t) * dtype.itemsize, -1), out
+
+
+def _text(start: tuple[int, ...], stop: tuple[int, ...]) -> str:
+    return "[" + ", ".join(f"{a}:{b}" for a, b in zip(start, stop)) + "]"
+
+
+def layout(index: Index) -> dict[str, str]:
+    """How each tensor is split, for ``spruce inspect``: ``'whole'`` (one block) or the grid of
+    blocks per dimension and the block shapes, e.g. ``'4x1 blocks of (4, 6) in 1 file'``."""
+    out: dict[str, str] = {}
+    for name, slices in index.slices.items():
+        if len(slices) == 1:
+            out[name] = "whole"
+            continue
+        grid = "x".join(str(len({s.start[d] for s in slices})) for d in range(len(slices[0].start)))
+        shapes = sorted({tuple(b - a for a, b in zip(s.start, s.stop)) for s in slices})
+        shown = ", ".join(str(sh) for sh in shapes[:3]) + (", ..." if len(shapes) > 3 else "")
+        files = len({s.file for s in slices})
+        out[name] = f"{grid} blocks of {shown} in {files} file{'s' if files > 1 else ''}"
+    return out
+
+
+class Reader:
+    """Arrays of a sharded checkpoint, assembled from memory-mapped pieces."""
+
+    def __init__(self, index: Index, copy: bool = False) -> None:
+        self.index = index
+        self.parsed = index.parsed
+        self.copy = copy
+        self.maps: dict[str, MappedFile] = {}
+
+    def _view(self, s: Slice) -> np.ndarray[Any, Any]:
+        m = self.maps.get(s.file)
+        if m is None:
+            m = self.maps[s.file] = MappedFile(self.index.pieces[s.file])
+        assert s.entry is not None
+        return m.array(s.entry)
+
+    def array(self, name: str) -> np.ndarray[Any, Any]:
+        e = self.parsed.tensors.get(name)
+        if e is None:
+            raise CheckpointError(f"the stored structure names a tensor {name[:200]!r} that the index does not have", self.parsed.path)
+        return self.region(name, tuple(slice(0, n) for n in e.shape))
+
+    def region(self, name: str, index: Any) -> np.ndarray[Any, Any]:
+        """The block ``index`` (a tuple of slices, as ``make_array_from_callback`` passes) of
+        tensor ``name``: a view of the mapping when one stored block is exactly it, else a
+        new array filled from the stored blocks it overlaps (only those pages are read)."""
+        e = self.parsed.tensors[name]
+        if index is None:
+            index = ()
+        bounds = [s.indices(n)[:2] for s, n in zip(tuple(index) + (slice(None),) * (len(e.shape) - len(tuple(index))), e.shape)]
+        start = tuple(b[0] for b in bounds)
+        stop = tuple(b[1] for b in bounds)
+        for s in self.index.slices[name]:
+            if s.start == start and s.stop == stop:
+                v = self._view(s)
+                return v.copy() if self.copy else v
+        out = np.empty(tuple(b - a for a, b in zip(start, stop)), e.dtype)
+        for s in self.index.slices[name]:
+            lo = [max(a, c) for a, c in zip(start, s.start)]
+            hi = [min(b, d) for b, d in zip(stop, s.stop)]
+            if any(a >= b for a, b in zip(lo, hi)):
+                continue
+            dst = tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, start))
+            src = tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, s.start))
+            out[dst] = self._view(s)[src]
+        return out
+
+    def close(self) -> None:
+        self.maps.clear()
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

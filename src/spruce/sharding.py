@@ -1,0 +1,617 @@
+"""spruce.sharding: which parameter goes where, by the dotted key paths of the tree.
+
+Every array leaf of a pytree has a dotted name (``layers.3.attention.query_proj.weight``, as
+``spruce.io.flatten_names`` gives it and ``spruce inspect`` shows it).  ``Rules`` maps those
+names to ``jax.sharding.PartitionSpec``s with globs; the rest is JAX's own machinery
+(``Mesh``, ``NamedSharding``, ``jax.device_put``, ``jax.lax.with_sharding_constraint``): spruce
+never talks between devices or hosts itself.
+
+- ``mesh(axes, *, devices=None, axis_types="auto")`` -> ``jax.sharding.Mesh``
+- ``Rules(rules, *, strict=True, on_indivisible="error")`` and ``Rules.fsdp(axis, *, min_size=)``
+- ``specs(tree, rules, *, mesh=None)`` -> tree of PartitionSpec (None for non-array leaves)
+- ``shardings(tree, mesh, rules)`` -> tree of NamedSharding (None for non-array leaves)
+- ``explain(tree, mesh, rules)`` -> ``Explanation`` (a table; bytes per device; unused rules)
+- ``shard(tree, mesh, rules)``: place the array leaves (``device_put``, or a sharding
+  constraint under ``jax.jit``)
+- ``ShardingError``: a ValueError naming the key path, shape, dimension, mesh axis and size.
+
+Patterns are globs over the dotted name: ``*`` matches within one component (``*_proj``
+matches ``query_proj``), ``?`` one character of a component, ``**`` any number of whole
+components (zero included); a pattern starting with ``re:`` is a Python regular expression
+that must match the whole name.  The first rule that matches wins.
+
+>>> import numpy as np
+>>> from jax.sharding import PartitionSpec as P
+>>> params = {'embed': np.zeros((8, 4)), 'layers': [{'w': np.zeros((4, 4)), 'b': np.zeros(4)}]}
+>>> rules = Rules([('embed', P('model', None)), ('layers.*.w', P(None, 'model')), ('**.b', P())])
+>>> specs(params, rules)
+{'embed': P('model', None), 'layers': [{'w': P(None, 'model'), 'b': P()}]}
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from typing import Any, Iterable, Literal, Mapping, NamedTuple, Sequence, Union
+
+import numpy as np
+
+from . import tree as _tree
+from ._summary import _human
+from .io._names import flatten_names
+
+__all__ = ["Explanation", "Rules", "ShardingError", "explain", "mesh", "shard", "shardings", "specs"]
+
+_CACHE_SIZE = 64
+
+
+class ShardingError(ValueError):
+    """A tree cannot be laid out by the given rules on the given mesh.
+
+    Raised for an array leaf that no rule matches (strict rules), a spec with more entries
+    than the array has dimensions, a mesh axis the mesh does not have, one mesh axis used twice
+    in one spec, and a dimension that the mesh axes do not divide (``on_indivisible="error"``).
+    The message names the key path and, where it applies, the shape, the dimension, the mesh
+    axis and its size.
+    """
+
+
+def mesh(
+    axes: Mapping[str, int],
+    *,
+    devices: Sequence[Any] | None = None,
+    axis_types: Literal["auto", "explicit"] = "auto",
+) -> Any:
+    """A ``jax.sharding.Mesh`` with the named axes, in order: ``mesh({'data': 2, 'model': 4})``.
+
+    Follows ``jax.make_mesh``, except that the axes are one mapping and that they are
+    ``AxisType.Auto`` by default: with Auto axes, XLA chooses the layout of intermediate
+    values (a gather from a sharded embedding table just works), which is what rules written
+    for parameters expect.  ``axis_types="explicit"`` gives JAX's explicit sharding mode, where
+    every value's sharding is part of its type and an operation whose output sharding is
+    ambiguous raises ``ShardingTypeError`` (see JAX's "Explicit sharding" guide).
+
+    Args:
+      axes: axis name -> size, in mesh order; the sizes must multiply to the number of devices
+        used.
+      devices: the devices to lay out (default all of ``jax.devices()``, in the order
+        ``jax.make_mesh`` chooses); with devices given, they are laid out in the order given.
+      axis_types: ``"auto"`` or ``"explicit"``, for every axis.
+
+    Raises:
+      ValueError: the sizes do not multiply to the number of devices, a size is not a positive
+        int, or an unknown ``axis_types``.
+
+    >>> m = mesh({'data': 1})
+    >>> dict(m.shape)
+    {'data': 1}
+    """
+    import jax
+    from jax.sharding import AxisType, Mesh
+
+    if axis_types not in ("auto", "explicit"):
+        raise ValueError(f"mesh: axis_types must be 'auto' or 'explicit', got {axis_types!r}")
+    names = tuple(axes)
+    sizes = tuple(axes.values())
+    for n, s in axes.items():
+        if type(n) is not str:
+            raise ValueError(f"mesh: axis names must be str, got {n!r}")
+        if type(s) is not int or s < 1:
+            raise ValueError(f"mesh: the size of axis {n!r} must be a positive int, got {s!r}")
+    kind = AxisType.Auto if axis_types == "auto" else AxisType.Explicit
+    types = (kind,) * len(names)
+    total = int(np.prod(sizes, dtype=np.int64)) if sizes else 1
+    pool = list(jax.devices() if devices is None else devices)
+    if total != len(pool):
+        raise ValueError(
+            f"mesh: the axes {dict(axes)} need {total} devices, but there are {len(pool)}"
+            + ("" if devices is not None else " (jax.devices())")
+        )
+    if devices is None:
+        return jax.make_mesh(sizes, names, axis_types=types)
+    arr = np.empty(len(pool), dtype=object)
+    arr[:] = pool
+    return Mesh(arr.reshape(sizes), names, axis_types=types)
+
+
+# -- patterns ----------------------------------------------------------------------------------------
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """The regex for a glob over dotted names, matched against ``'.' + name`` (so that every
+    component, the first included, is preceded by a dot)."""
+    if pattern.startswith("re:"):
+        try:
+            return re.compile(r"\.(?:" + pattern[3:] + r")\Z", re.DOTALL)
+        except re.error as e:
+            raise ValueError(f"Rules: bad regular expression {pattern!r}: {e}") from None
+    out = []
+    for comp in pattern.split("."):
+        if comp == "**":
+            out.append(r"(?:\.[^.]*)*")
+            continue
+        if "**" in comp:
+            raise ValueError(f"Rules: '**' must be a whole component of the pattern, got {pattern!r}")
+        piece = "".join("[^.]*" if ch == "*" else "[^.]" if ch == "?" else re.escape(ch) for ch in comp)
+        out.append(r"\." + piece)
+    return re.compile("".join(out) + r"\Z", re.DOTALL)
+
+
+def _axes_of(entry: Any) -> tuple[str, ...]:
+    if entry is None:
+        return ()
+    if isinstance(entry, tuple):
+        return tuple(entry)
+    return (entry,)
+
+
+def _pspec(*entries: Any) -> Any:
+    """``jax.sharding.PartitionSpec(*entries)`` (its constructor is untyped in jax's stubs)."""
+    from jax.sharding import PartitionSpec
+
+    ctor: Any = PartitionSpec
+    return ctor(*entries)
+
+
+class _Fsdp(NamedTuple):
+    axis: Union[str, tuple[str, ...]]
+    min_size: int
+
+    def __str__(self) -> str:
+        return f"fsdp({self.axis!r}, min_size={self.min_size})"
+
+
+def _check_spec(spec: Any, where: str) -> Any:
+    from jax.sharding import PartitionSpec
+
+    if spec is None:
+        return _pspec()
+    if isinstance(spec, _Fsdp):
+        return spec
+    if not isinstance(spec, PartitionSpec):
+        raise TypeError(f"Rules: {where}: the spec must be a jax.sharding.PartitionSpec or None, got {spec!r}")
+    seen: dict[str, int] = {}
+    for dim, entry in enumerate(spec):
+        for axis in _axes_of(entry):
+            if axis in seen:
+                raise ShardingError(
+                    f"Rules: {where}: the spec {spec} uses mesh axis {axis!r} twice (dimensions "
+                    f"{seen[axis]} and {dim}); one mesh axis can split only one dimension"
+                )
+            seen[axis] = dim
+    return spec
+
+
+class Rules:
+    """An ordered list of ``(pattern, PartitionSpec)``: which array leaf is split how.
+
+    A leaf's dotted name (``spruce.io.flatten_names``) is matched against the patterns in
+    order and the first match gives its spec: a glob (``*`` within one component, ``?`` one
+    character, ``**`` any number of whole components, zero included) or, with a ``re:``
+    prefix, a regular expression matching the whole name.  A spec of None means replicated
+    (``PartitionSpec()``).  Specs shorter than an array's rank leave the remaining dimensions
+    unsplit, as in JAX.
+
+    Args:
+      rules: ``(pattern, spec)`` pairs, or a mapping pattern -> spec (in its order).
+      strict: if True (default), an array leaf that no rule matches is an error naming its
+        path; if False it is replicated.  (flax's logical rules replicate silently; this
+        does not unless asked.)
+      on_indivisible: ``"error"`` (default): a dimension that the product of its mesh axes'
+        sizes does not divide is a ShardingError naming the key path, shape, dimension, mesh
+        axis and size; ``"replicate"``: that dimension is left unsplit (the others keep their
+        split).
+
+    Raises:
+      ShardingError: a spec uses one mesh axis twice (a conflict is never resolved silently).
+      ValueError: a malformed pattern or ``on_indivisible``.
+      TypeError: a spec that is not a PartitionSpec or None.
+
+    Rules are immutable and hashable; ``specs`` caches its result per (tree structure and
+    shapes, rules, mesh).
+
+    >>> from jax.sharding import PartitionSpec as P
+    >>> r = Rules([('**.*_proj.weight', P('model', None)), ('**', None)])
+    >>> r.match('layers.0.attention.query_proj.weight')
+    (0, P('model', None))
+    >>> r.match('embeddings.layer_norm.bias')
+    (1, P())
+    """
+
+    __slots__ = ("_compiled", "_hash", "on_indivisible", "rules", "strict")
+
+    rules: tuple[tuple[str, Any], ...]
+    strict: bool
+    on_indivisible: str
+    _compiled: tuple[re.Pattern[str], ...]
+    _hash: int
+
+    def __init__(
+        self,
+        rules: Iterable[tuple[str, Any]] | Mapping[str, Any],
+        *,
+        strict: bool = True,
+        on_indivisible: Literal["error", "replicate"] = "error",
+    ) -> None:
+        if on_indivisible not in ("error", "replicate"):
+            raise ValueError(f"Rules: on_indivisible must be 'error' or 'replicate', got {on_indivisible!r}")
+        items = list(rules.items()) if isinstance(rules, Mapping) else list(rules)
+        checked = []
+        compiled = []
+        for i, item in enumerate(items):
+            if not (isinstance(item, tuple) and len(item) == 2 and type(item[0]) is str):
+                raise TypeError(f"Rules: rule {i} must be a (pattern, spec) pair with a str pattern, got {item!r}")
+            pattern, spec = item
+            checked.append((pattern, _check_spec(spec, f"rule {i} ({pattern!r})")))
+            compiled.append(_glob_regex(pattern))
+        object.__setattr__(self, "rules", tuple(checked))
+        object.__setattr__(self, "strict", bool(strict))
+        object.__setattr__(self, "on_indivisible", on_indivisible)
+        object.__setattr__(self, "_compiled", tuple(compiled))
+        object.__setattr__(self, "_hash", hash((self.rules, self.strict, self.on_indivisible)))
+
+    @classmethod
+    def fsdp(cls, axis: str | tuple[str, ...], *, min_size: int = 1024, on_indivisible: Literal["error", "replicate"] = "replicate") -> Rules:
+        """Fully sharded data parallel: every array of at least ``min_size`` elements is split
+        along one dimension over mesh axis ``axis``; smaller arrays, and arrays with no
+        dimension that the axis size divides, are replicated.
+
+        The dimension chosen is the largest one that the axis size divides (the first of equal
+        ones), so the total bytes over all devices stay close to one copy of the model
+        (MiniLM's position embeddings ``(512, 384)`` split along 512, its word embeddings
+        ``(30522, 384)`` along 384).
+
+        Args:
+          axis: the mesh axis name, or a tuple of names to split over all of them (on a
+            ``(data=2, model=4)`` mesh, ``('data', 'model')`` keeps about one copy of the model
+            in total; ``'model'`` alone keeps two, one per data replica).
+          min_size: arrays with fewer elements are replicated (default 1024).
+        """
+        if type(min_size) is not int or min_size < 0:
+            raise ValueError(f"Rules.fsdp: min_size must be an int >= 0, got {min_size!r}")
+        if not (type(axis) is str or (type(axis) is tuple and axis and all(type(a) is str for a in axis))):
+            raise TypeError(f"Rules.fsdp: axis must be a mesh axis name or a tuple of names, got {axis!r}")
+        if type(axis) is tuple and len(set(axis)) != len(axis):
+            raise ShardingError(f"Rules.fsdp: the axes {axis} name one mesh axis twice")
+        return cls([("**", _Fsdp(axis, min_size))], strict=True, on_indivisible=on_indivisible)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Rules are immutable")
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Rules):
+            return NotImplemented
+        return (self.rules, self.strict, self.on_indivisible) == (other.rules, other.strict, other.on_indivisible)
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"({p!r}, {s})" for p, s in self.rules)
+        return f"Rules([{body}], strict={self.strict}, on_indivisible={self.on_indivisible!r})"
+
+    def match(self, name: str) -> tuple[int, Any] | None:
+        """``(index, spec)`` of the first rule whose pattern matches the dotted ``name``, or
+        None.  (The spec of an fsdp rule is its description; ``specs`` resolves it.)"""
+        target = "." + name
+        for i, rx in enumerate(self._compiled):
+            if rx.match(target):
+                return i, self.rules[i][1]
+        return None
+
+
+# -- resolving specs ---------------------------------------------------------------------------------
+
+
+def _is_array(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, type)
+
+
+def _fsdp_spec(f: _Fsdp, shape: tuple[int, ...], mesh_shape: Mapping[str, int] | None, name: str) -> Any:
+    from jax.sharding import PartitionSpec
+
+    if mesh_shape is None:
+        raise ShardingError(f"{name}: Rules.fsdp needs the mesh to choose a dimension: pass mesh=")
+    n = 1
+    for axis in _axes_of(f.axis):
+        if axis not in mesh_shape:
+            raise ShardingError(f"{name}: Rules.fsdp names mesh axis {axis!r}, which the mesh {dict(mesh_shape)} does not have")
+        n *= mesh_shape[axis]
+    size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if size < f.min_size:
+        return _pspec()
+    best = -1
+    for d, length in enumerate(shape):
+        if length % n == 0 and length >= n and (best < 0 or length > shape[best]):
+            best = d
+    if best < 0:
+        return _pspec()
+    return _pspec(*([None] * best + [f.axis]))
+
+
+def _resolve(name: str, shape: tuple[int, ...], spec: Any, rules: Rules, mesh_shape: Mapping[str, int] | None) -> Any:
+    """Check ``spec`` against the array's shape and the mesh; apply ``on_indivisible``."""
+    from jax.sharding import PartitionSpec
+
+    if len(spec) > len(shape):
+        raise ShardingError(
+            f"{name}: the spec {spec} has {len(spec)} entries but the array has shape {shape} "
+            f"({len(shape)} dimensions)"
+        )
+    if mesh_shape is None:
+        return spec
+    entries = list(spec)
+    changed = False
+    for dim, entry in enumerate(entries):
+        axes = _axes_of(entry)
+        if not axes:
+            continue
+        total = 1
+        for axis in axes:
+            if axis not in mesh_shape:
+                raise ShardingError(
+                    f"{name}: the spec {spec} names mesh axis {axis!r}, which the mesh "
+                    f"{dict(mesh_shape)} does not have"
+                )
+            total *= mesh_shape[axis]
+        if shape[dim] % total:
+            if rules.on_indivisible == "replicate":
+                entries[dim] = None
+                changed = True
+                continue
+            split = " x ".join(f"{a!r} of size {mesh_shape[a]}" for a in axes)
+            raise ShardingError(
+                f"{name}: dimension {dim} of shape {shape} has length {shape[dim]}, which mesh axis "
+                f"{split} does not divide (spec {spec}); change the rule, or pass "
+                "on_indivisible='replicate' to leave such dimensions unsplit"
+            )
+    return _pspec(*entries) if changed else spec
+
+
+class _Resolved(NamedTuple):
+    names: list[str]
+    specs: list[Any]  # PartitionSpec or None per leaf
+    rule_of: list[int]  # index of the matching rule per leaf, -1 for none (non-array or fallback)
+    used: frozenset[int]
+
+
+_cache: OrderedDict[Any, _Resolved] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh_obj: Any) -> _Resolved:
+    if not isinstance(rules, Rules):
+        raise TypeError(f"rules must be a spruce.sharding.Rules, got {type(rules).__name__}")
+    mesh_shape = None if mesh_obj is None else dict(mesh_obj.shape)
+    sig = tuple((x.shape, x.dtype) if hasattr(x, "shape") and hasattr(x, "dtype") else type(x) for x in leaves)
+    key: Any = (treedef, sig, rules, mesh_obj)
+    try:
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None:
+        with _cache_lock:
+            hit = _cache.get(key)
+            if hit is not None:
+                _cache.move_to_end(key)
+                return hit
+    names = list(flatten_names(tree))
+    specs_out: list[Any] = []
+    rule_of: list[int] = []
+    used: set[int] = set()
+    for name, x in zip(names, leaves):
+        if not _is_array(x):
+            specs_out.append(None)
+            rule_of.append(-1)
+            continue
+        shown = f"key path {name!r}" if name else "the root leaf"
+        shape = tuple(int(d) for d in x.shape)
+        matched = rules.match(name)
+        if matched is None:
+            if rules.strict:
+                raise ShardingError(
+                    f"{shown} (shape {shape}): no rule matches it (strict rules); add a rule, "
+                    "for example ('**', None) last to replicate everything else, or pass "
+                    "strict=False"
+                )
+            from jax.sharding import PartitionSpec
+
+            specs_out.append(_pspec())
+            rule_of.append(-1)
+            continue
+        i, spec = matched
+        used.add(i)
+        if isinstance(spec, _Fsdp):
+            spec = _fsdp_spec(spec, shape, mesh_shape, shown)
+        specs_out.append(_resolve(shown, shape, spec, rules, mesh_shape))
+        rule_of.append(i)
+    out = _Resolved(names, specs_out, rule_of, frozenset(used))
+    if key is not None:
+        with _cache_lock:
+            _cache[key] = out
+            while len(_cache) > _CACHE_SIZE:
+                _cache.popitem(last=False)
+    return out
+
+
+def specs(tree: Any, rules: Rules, *, mesh: Any = None) -> Any:
+    """The ``PartitionSpec`` of every array leaf of ``tree``, by ``rules``; None for the other
+    leaves (Python scalars, strings).  Array leaves are anything with a ``shape`` and a
+    ``dtype`` (NumPy and JAX arrays, ``jax.ShapeDtypeStruct``).
+
+    Without ``mesh`` only the patterns and ranks are checked; with it, also the mesh axes and
+    divisibility (``on_indivisible``), and ``Rules.fsdp`` can choose its dimensions (it needs
+    the mesh).  Results are cached per (structure, shapes and dtypes, rules, mesh), a bounded
+    cache of 64 entries.
+
+    Raises:
+      ShardingError: as described on ``Rules`` and ``ShardingError``.
+    """
+    leaves, treedef = _tree.flatten(tree)
+    res = _resolve_tree(leaves, treedef, tree, rules, mesh)
+    return treedef.unflatten(list(res.specs))
+
+
+def shardings(tree: Any, mesh: Any, rules: Rules) -> Any:
+    """A ``jax.sharding.NamedSharding(mesh, spec)`` for every array leaf of ``tree`` (None for
+    the other leaves): ``specs(tree, rules, mesh=mesh)`` on ``mesh``.  The result fits
+    ``jax.device_put``, ``jax.jit(in_shardings=, out_shardings=)`` and
+    ``spruce.io.load(..., shardings=)``.
+
+    Raises:
+      ShardingError: as ``specs``.
+    """
+    from jax.sharding import NamedSharding
+
+    leaves, treedef = _tree.flatten(tree)
+    res = _resolve_tree(leaves, treedef, tree, rules, mesh)
+    return treedef.unflatten([None if s is None else NamedSharding(mesh, s) for s in res.specs])
+
+
+def shard(tree: Any, mesh: Any, rules: Rules) -> Any:
+    """Place every array leaf of ``tree`` on ``mesh`` by ``rules``.
+
+    Outside ``jax.jit`` each array leaf is ``jax.device_put`` onto its NamedSharding (NumPy
+    arrays are copied to the devices, each device receiving only its slice); inside ``jit``
+    (a traced leaf) it gets ``jax.lax.with_sharding_constraint``.  Other leaves (Python
+    scalars, strings) and static fields of Modules pass through unchanged.
+
+    Returns:
+      A tree of the same structure.
+
+    Raises:
+      ShardingError: as ``specs``.
+    """
+    import jax as jax_module
+    from jax.sharding import NamedSharding
+
+    jax: Any = jax_module  # with_sharding_constraint and ShapeDtypeStruct are untyped in its stubs
+    leaves, treedef = _tree.flatten(tree)
+    res = _resolve_tree(leaves, treedef, tree, rules, mesh)
+    out = []
+    for x, spec in zip(leaves, res.specs):
+        if spec is None:
+            out.append(x)
+        elif isinstance(x, jax.core.Tracer):
+            out.append(jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec)))
+        elif isinstance(x, jax.ShapeDtypeStruct):
+            out.append(jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, spec)))
+        else:
+            out.append(jax.device_put(x, NamedSharding(mesh, spec)))
+    return treedef.unflatten(out)
+
+
+# -- explain -----------------------------------------------------------------------------------------
+
+
+class Row(NamedTuple):
+    """One array leaf in an ``Explanation``: dotted name, shape, dtype name, the pattern of the
+    rule that placed it (``''`` if none did, non-strict), its spec, bytes each device holds,
+    and on how many devices each element is held (replication)."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    rule: str
+    spec: Any
+    bytes_per_device: int
+    replication: int
+
+
+class Explanation:
+    """What ``explain`` returns.  ``str()`` is a table (one row per array leaf, then the
+    totals); the attributes hold the data.
+
+    Attributes:
+      rows: a list of ``Row``.
+      bytes_per_device: ``{device id: bytes}``, exactly the array bytes placement will hold on
+        each device of the mesh.
+      unmatched: the patterns of the rules that matched no leaf.
+      total_bytes: the bytes of one copy of the tree's arrays.
+    """
+
+    def __init__(self, rows: list[Row], bytes_per_device: dict[int, int], unmatched: list[str], total_bytes: int) -> None:
+        self.rows = rows
+        self.bytes_per_device = bytes_per_device
+        self.unmatched = unmatched
+        self.total_bytes = total_bytes
+
+    def __repr__(self) -> str:
+        return f"<Explanation: {len(self.rows)} arrays, {len(self.bytes_per_device)} devices>"
+
+    def __str__(self) -> str:
+        head = ("path", "shape", "dtype", "rule", "spec", "per device", "replicated")
+        body = [
+            (r.path or "<root>", str(r.shape), r.dtype, r.rule or "-", str(r.spec), _human(r.bytes_per_device), f"{r.replication}x")
+            for r in self.rows
+        ]
+        widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
+        right = {5, 6}
+
+        def line(cells: Sequence[str]) -> str:
+            return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+        lines = [line(head), line(["-" * w for w in widths])]
+        lines += [line(b) for b in body]
+        per = sorted(self.bytes_per_device.items())
+        total = sum(self.bytes_per_device.values())
+        lines.append("")
+        ratio = f" ({total / self.total_bytes:.2f}x one copy)" if self.total_bytes else ""
+        lines.append(f"one copy: {_human(self.total_bytes)}; all devices together: {_human(total)}{ratio}")
+        lines.append("per device: " + ", ".join(f"{d}: {_human(b)}" for d, b in per))
+        if self.unmatched:
+            lines.append("rules that matched nothing: " + ", ".join(repr(p) for p in self.unmatched))
+        return "\n".join(lines)
+
+
+def _placed_dtype(dtype: Any) -> np.dtype[Any]:
+    """The dtype an array of ``dtype`` has once on a device (int64 becomes int32 unless
+    ``jax_enable_x64`` is set)."""
+    import jax
+
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+
+
+def explain(tree: Any, mesh: Any, rules: Rules) -> Explanation:
+    """How ``rules`` lay ``tree`` out on ``mesh``: one row per array leaf (path, shape, dtype,
+    rule, spec, bytes per device, replication), the bytes each device will hold, and the
+    rules that matched nothing.  Nothing is placed or copied.  Dtypes are those the devices
+    will hold (int64 and float64 become 32-bit unless ``jax_enable_x64`` is set).
+
+    Raises:
+      ShardingError: as ``specs``.
+
+    >>> import numpy as np, jax
+    >>> from jax.sharding import PartitionSpec as P
+    >>> m = mesh({'model': 1})
+    >>> e = explain({'w': np.zeros((4, 2), np.float32)}, m, Rules([('w', P('model')), ('b', None)]))
+    >>> e.bytes_per_device[jax.devices()[0].id], e.unmatched
+    (32, ['b'])
+    """
+    from jax.sharding import NamedSharding
+
+    leaves, treedef = _tree.flatten(tree)
+    res = _resolve_tree(leaves, treedef, tree, rules, mesh)
+    per: dict[int, int] = {int(d.id): 0 for d in mesh.devices.flat}
+    rows: list[Row] = []
+    total = 0
+    for name, x, spec, i in zip(res.names, leaves, res.specs, res.rule_of):
+        if spec is None:
+            continue
+        shape = tuple(int(d) for d in x.shape)
+        itemsize = _placed_dtype(x.dtype).itemsize
+        sharding = NamedSharding(mesh, spec)
+        indices = sharding.devices_indices_map(shape)
+        distinct = set()
+        dev: Any
+        for dev, idx in indices.items():
+            nb = itemsize * int(np.prod([len(range(*s.indices(n))) for s, n in zip(idx, shape)], dtype=np.int64))
+            per[int(dev.id)] += nb
+            distinct.add(tuple((s.start, s.stop) for s in idx))
+        size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        total += size * itemsize
+        shard_bytes = itemsize * (int(np.prod(sharding.shard_shape(shape), dtype=np.int64)) if shape else 1)
+        rows.append(Row(name, shape, str(_placed_dtype(x.dtype)), rules.rules[i][0] if i >= 0 else "", spec, shard_bytes, len(indices) // max(1, len(distinct))))
+    unmatched = [p for j, (p, _) in enumerate(rules.rules) if j not in res.used]
+    return Explanation(rows, per, unmatched, total)

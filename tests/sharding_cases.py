@@ -1,0 +1,533 @@
+"""Tests of spruce.sharding and sharded checkpoints that need 8 devices.
+
+Not collected by itself (the name does not start with ``test_``): ``test_sharding.py`` runs
+this file in a subprocess with ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` (set
+before JAX starts), so that the other test files keep JAX's default single CPU device, and
+reports each case as its own test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import namedtuple
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, SingleDeviceSharding
+from jax.sharding import PartitionSpec as P
+from safetensors.numpy import load_file
+
+import spruce.io as sio
+import spruce.sharding as sh
+from spruce.io import CheckpointError, MismatchError
+from spruce.io import _sharded
+
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _eight_devices() -> None:
+    # (a check, not an import-time assert: --doctest-modules imports this file everywhere)
+    assert jax.device_count() == 8, "run through test_sharding.py (8 host devices)"
+
+Pair = namedtuple("Pair", ["kernel", "bias"])
+
+
+@pytest.fixture(scope="module")
+def mesh24() -> Any:
+    return sh.mesh({"data": 2, "model": 4})
+
+
+@pytest.fixture(scope="module")
+def mesh8() -> Any:
+    return sh.mesh({"x": 8})
+
+
+def _tree() -> dict[str, Any]:
+    return {
+        "embed": np.arange(16 * 6, dtype=np.float32).reshape(16, 6),
+        "layers": [
+            {"attn": {"query_proj": Pair(np.arange(24, dtype=np.float32).reshape(4, 6) + i, np.arange(6, dtype=np.float32))}}
+            for i in range(2)
+        ],
+        "scale": np.float32(0.5),
+        "step": 7,
+        "name": "tiny",
+    }
+
+
+RULES = sh.Rules(
+    [
+        ("embed", P("model", None)),
+        ("layers.*.attn.*_proj.kernel", P("data", None)),
+        ("**.bias", P()),
+        ("scale", None),
+    ]
+)
+
+
+def _per_device(tree: Any) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for leaf in jax.tree.leaves(tree):
+        if isinstance(leaf, jax.Array):
+            for s in leaf.addressable_shards:
+                out[s.device.id] = out.get(s.device.id, 0) + s.data.nbytes
+    return out
+
+
+def _equal_trees(a: Any, b: Any) -> None:
+    la, ta = jax.tree.flatten(a)
+    lb, tb = jax.tree.flatten(b)
+    assert ta == tb
+    for x, y in zip(la, lb):
+        if hasattr(x, "shape"):
+            assert np.asarray(x).dtype == np.asarray(y).dtype and np.array_equal(np.asarray(x), np.asarray(y))
+        else:
+            assert type(x) is type(y) and x == y
+
+
+# -- spruce.sharding ---------------------------------------------------------------------------------
+
+
+def test_mesh_axes_and_types() -> None:
+    m = sh.mesh({"data": 2, "model": 4})
+    assert dict(m.shape) == {"data": 2, "model": 4}
+    assert all(t == jax.sharding.AxisType.Auto for t in m.axis_types)
+    e = sh.mesh({"a": 8}, axis_types="explicit")
+    assert e.axis_types == (jax.sharding.AxisType.Explicit,)
+    devs = jax.devices()[::-1]
+    r = sh.mesh({"a": 2, "b": 4}, devices=devs)
+    assert list(r.devices.flat) == devs
+    with pytest.raises(ValueError, match=r"need 6 devices, but there are 8"):
+        sh.mesh({"a": 2, "b": 3})
+
+
+def test_placement_follows_rules(mesh24: Any) -> None:
+    placed = sh.shard(_tree(), mesh24, RULES)
+    assert placed["embed"].sharding == NamedSharding(mesh24, P("model", None))
+    assert placed["embed"].addressable_shards[0].data.shape == (4, 6)
+    k = placed["layers"][1]["attn"]["query_proj"].kernel
+    assert k.sharding.spec == P("data", None) and k.addressable_shards[0].data.shape == (2, 6)
+    assert isinstance(placed["layers"][0]["attn"]["query_proj"], Pair)
+    assert placed["step"] == 7 and placed["name"] == "tiny"  # non-array leaves pass through
+    assert placed["scale"].sharding.spec == P()
+    _equal_trees(jax.tree.map(np.asarray, placed), jax.tree.map(np.asarray, _tree()))
+
+
+def test_explain_bytes_are_what_placement_holds(mesh24: Any) -> None:
+    tree = _tree()
+    e = sh.explain(tree, mesh24, RULES)
+    assert e.bytes_per_device == _per_device(sh.shard(tree, mesh24, RULES))
+    # embed 16x6 f32 split 4 ways = 96 B; kernels 4x6 split 2 ways = 48 B each; biases 24 B
+    # each; scale 4 B
+    assert set(e.bytes_per_device.values()) == {96 + 2 * 48 + 2 * 24 + 4}
+    rows = {r.path: r for r in e.rows}
+    assert rows["embed"].replication == 2 and rows["embed"].bytes_per_device == 96
+    assert rows["layers.0.attn.query_proj.bias"].replication == 8
+    assert rows["layers.0.attn.query_proj.kernel"].rule == "layers.*.attn.*_proj.kernel"
+    assert e.unmatched == []
+    text = str(e)
+    assert text.splitlines()[0].split() == ["path", "shape", "dtype", "rule", "spec", "per", "device", "replicated"]
+    assert re.search(r"^embed\s+\(16, 6\)\s+float32\s+embed\s+P\('model', None\)\s+96 B\s+2x$", text, re.M)
+    assert "step" not in text  # non-array leaves have no row
+
+
+def test_unmatched_rules_are_reported(mesh24: Any) -> None:
+    rules = sh.Rules([("**.kernel", P()), ("nothing.here", P()), ("**", None)])
+    e = sh.explain(_tree(), mesh24, rules)
+    assert e.unmatched == ["nothing.here"]
+    assert "rules that matched nothing: 'nothing.here'" in str(e)
+
+
+def test_indivisible_names_path_shape_dim_axis_and_size(mesh24: Any) -> None:
+    rules = sh.Rules([("embed", P(None, "model")), ("**", None)])
+    with pytest.raises(sh.ShardingError) as info:
+        sh.shardings(_tree(), mesh24, rules)
+    assert str(info.value) == (
+        "key path 'embed': dimension 1 of shape (16, 6) has length 6, which mesh axis 'model' "
+        "of size 4 does not divide (spec P(None, 'model')); change the rule, or pass "
+        "on_indivisible='replicate' to leave such dimensions unsplit"
+    )
+    two = sh.Rules([("embed", P(("data", "model"), None)), ("**", None)])
+    assert sh.specs(_tree(), two, mesh=mesh24)["embed"] == P(("data", "model"), None)
+    bad = sh.Rules([("embed", P(None, ("data", "model"))), ("**", None)])
+    with pytest.raises(sh.ShardingError, match=r"mesh axis 'data' of size 2 x 'model' of size 4 does not divide"):
+        sh.specs(_tree(), bad, mesh=mesh24)
+
+
+def test_on_indivisible_replicate(mesh24: Any) -> None:
+    rules = sh.Rules([("embed", P("data", "model")), ("**", None)], on_indivisible="replicate")
+    s = sh.shardings(_tree(), mesh24, rules)
+    assert s["embed"].spec == P("data", None)  # only the dimension that does not divide
+
+
+def test_unknown_mesh_axis(mesh24: Any) -> None:
+    rules = sh.Rules([("embed", P("tensor")), ("**", None)])
+    with pytest.raises(sh.ShardingError, match=r"^key path 'embed': the spec .* names mesh axis 'tensor', which the mesh \{'data': 2, 'model': 4\} does not have"):
+        sh.shardings(_tree(), mesh24, rules)
+
+
+def test_shard_inside_jit(mesh24: Any) -> None:
+    @jax.jit
+    def f(tree: Any) -> Any:
+        return sh.shard(jax.tree.map(lambda x: x * 2, tree), mesh24, RULES)
+
+    arrays = {k: v for k, v in _tree().items() if k in ("embed", "layers")}
+    out = f(arrays)
+    assert out["embed"].sharding.is_equivalent_to(NamedSharding(mesh24, P("model", None)), 2)
+    np.testing.assert_array_equal(out["embed"], _tree()["embed"] * 2)
+
+
+def test_fsdp_keeps_about_one_copy(mesh24: Any) -> None:
+    from spruce.models import minilm
+
+    model = minilm.load()
+    rules = sh.Rules.fsdp(("data", "model"), min_size=1024)
+    e = sh.explain(model, mesh24, rules)
+    total = sum(e.bytes_per_device.values())
+    assert total / e.total_bytes < 1.01
+    rows = {r.path: r for r in e.rows}
+    assert rows["embeddings.word_embeddings.weight"].spec == P(None, ("data", "model"))  # 384 % 8 == 0, 30522 % 8 != 0
+    assert rows["embeddings.position_embeddings.weight"].spec == P(("data", "model"))  # 512 > 384
+    assert rows["layers.0.attention_norm.bias"].spec == P()  # 384 < min_size
+    # dim 0 or replicate only: ~4.6x
+    dim0 = sh.Rules([("embeddings.word_embeddings.weight", P()), ("re:.*(weight)", P("model")), ("**", None)], on_indivisible="replicate")
+    assert sum(sh.explain(model, mesh24, dim0).bytes_per_device.values()) / e.total_bytes > 4
+
+
+# -- sharded checkpoints -----------------------------------------------------------------------------
+
+
+def _saved(tmp_path: Any, mesh: Any, tree: Any = None, rules: Any = RULES) -> tuple[str, Any]:
+    placed = sh.shard(_tree() if tree is None else tree, mesh, rules)
+    d = str(tmp_path / "ckpt")
+    sio.save_sharded(d, placed)
+    return d, placed
+
+
+def _index(d: str) -> dict[str, Any]:
+    with open(os.path.join(d, "index.json")) as f:
+        return json.load(f)  # type: ignore[no-any-return]
+
+
+def _pieces(d: str) -> list[str]:
+    return sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))
+
+
+def test_each_distinct_shard_written_once(tmp_path: Any, mesh24: Any) -> None:
+    d, placed = _saved(tmp_path, mesh24)
+    (piece,) = _pieces(d)
+    stored = load_file(os.path.join(d, piece))  # a plain safetensors file
+    # embed: 4 distinct row blocks (replicated over 'data'); kernels: 2 blocks each; the
+    # replicated bias and scale: once each
+    assert sorted(k for k in stored if k.startswith("embed")) == ["embed[0:4,0:6]", "embed[12:16,0:6]", "embed[4:8,0:6]", "embed[8:12,0:6]"]
+    assert sorted(k for k in stored if k.startswith("layers.0")) == [
+        "layers.0.attn.query_proj.bias", "layers.0.attn.query_proj.kernel[0:2,0:6]", "layers.0.attn.query_proj.kernel[2:4,0:6]"
+    ]
+    total = sum(np.asarray(x).nbytes for x in jax.tree.leaves(_tree()) if hasattr(x, "nbytes"))
+    assert sum(v.nbytes for v in stored.values()) == total
+    np.testing.assert_array_equal(stored["embed[4:8,0:6]"], _tree()["embed"][4:8])
+    idx = _index(d)
+    assert idx["format"] == "spruce.sharded" and idx["version"] == 1
+    assert idx["tensors"]["embed"]["shape"] == [16, 6] and idx["tensors"]["embed"]["dtype"] == "F32"
+    assert [piece, "embed[4:8,0:6]", [[4, 8], [0, 6]]] in idx["tensors"]["embed"]["slices"]
+    assert sio.read_header(d)["embed"] == sio.TensorInfo("float32", (16, 6), 96, 384)
+
+
+def test_load_without_shardings_is_the_single_file(tmp_path: Any, mesh24: Any) -> None:
+    d, placed = _saved(tmp_path, mesh24)
+    single = str(tmp_path / "single.safetensors")
+    sio.save(single, placed)
+    a, b = sio.load(d), sio.load(single)
+    _equal_trees(a, b)
+    assert isinstance(a["embed"], np.ndarray) and isinstance(a["layers"][0]["attn"]["query_proj"], Pair)
+    assert a["scale"].shape == () and a["step"] == 7 and a["name"] == "tiny"
+    host = str(tmp_path / "host")
+    sio.save_sharded(host, _tree())  # NumPy leaves: one block each, NumPy scalars kept
+    assert type(sio.load(host)["scale"]) is np.float32
+    _equal_trees(sio.load(host), _tree())
+
+
+def test_restore_onto_other_meshes(tmp_path: Any, mesh24: Any, mesh8: Any) -> None:
+    d, placed = _saved(tmp_path, mesh24)
+    expected = jax.tree.map(np.asarray, _tree())
+    # 2x4 -> 8 devices, one sharding for everything
+    every = sio.load(d, shardings=NamedSharding(mesh8, P()))
+    assert every["embed"].sharding == NamedSharding(mesh8, P()) and every["step"] == 7
+    _equal_trees(jax.tree.map(np.asarray, every), expected)
+    # 2x4 -> 8, by rules
+    rules8 = sh.Rules([("embed", P("x")), ("**", None)])
+    like = _tree()
+    got = sio.load(d, like, shardings=sh.shardings(like, mesh8, rules8))
+    assert got["embed"].sharding.spec == P("x") and got["embed"].addressable_shards[0].data.shape == (2, 6)
+    _equal_trees(jax.tree.map(np.asarray, got), expected)
+    # 8 devices -> 1
+    one = SingleDeviceSharding(jax.devices()[3])
+    single = sio.load(d, like, shardings=one)
+    assert single["embed"].sharding == one
+    _equal_trees(jax.tree.map(np.asarray, single), expected)
+    # like= jax.Arrays: their own shardings
+    again = sio.load(d, like=placed)
+    assert again["embed"].sharding == placed["embed"].sharding
+    # a prefix tree of shardings: None leaves stay NumPy
+    prefix = {"embed": NamedSharding(mesh8, P("x")), "layers": None, "scale": None, "step": None, "name": None}
+    mixed = sio.load(d, like, shardings=prefix)
+    assert isinstance(mixed["embed"], jax.Array) and isinstance(mixed["layers"][0]["attn"]["query_proj"].kernel, np.ndarray)
+    with pytest.raises(ValueError, match=r"shardings must be a tree of Shardings matching like or a prefix of it"):
+        sio.load(d, like, shardings={"embed": one})
+
+
+def test_each_device_reads_only_its_block(tmp_path: Any, mesh24: Any, mesh8: Any, monkeypatch: Any) -> None:
+    d, _ = _saved(tmp_path, mesh24)
+    seen: list[tuple[str, tuple[tuple[int, int], ...]]] = []
+    region = _sharded.Reader.region
+
+    def spy(self: Any, name: str, index: Any) -> Any:
+        out = region(self, name, index)
+        seen.append((name, tuple((s.start, s.stop) for s in index)))
+        return out
+
+    monkeypatch.setattr(_sharded.Reader, "region", spy)
+    like = _tree()
+    got = sio.load(d, like, shardings=sh.shardings(like, mesh8, sh.Rules([("embed", P("x")), ("**", None)])))
+    embed = sorted(i for n, i in seen if n == "embed")
+    assert embed == [((2 * k, 2 * k + 2), (None, None)) for k in range(8)]
+    np.testing.assert_array_equal(got["embed"], like["embed"])
+
+
+def test_single_file_onto_a_mesh(tmp_path: Any, mesh24: Any) -> None:
+    path = str(tmp_path / "one.safetensors")
+    sio.save(path, _tree())
+    like = _tree()
+    got = sio.load(path, like, shardings=sh.shardings(like, mesh24, RULES))
+    assert got["embed"].sharding.spec == P("model", None)
+    _equal_trees(jax.tree.map(np.asarray, got), jax.tree.map(np.asarray, _tree()))
+
+
+def test_strict_names_missing_unexpected_reshaped(tmp_path: Any, mesh24: Any) -> None:
+    d, _ = _saved(tmp_path, mesh24)
+    like = _tree()
+    del like["embed"]
+    like["extra"] = np.zeros(2, np.float32)
+    with pytest.raises(MismatchError) as info:
+        sio.load(d, like)
+    assert info.value.missing == ["extra"] and info.value.unexpected == ["embed"]
+    reshaped = _tree()
+    reshaped["embed"] = np.zeros((6, 16), np.float32)
+    with pytest.raises(MismatchError, match=r"embed: like has float32\[6, 16\], the file float32\[16, 6\]"):
+        sio.load(d, reshaped)
+
+
+def test_a_killed_save_leaves_the_previous_checkpoint(tmp_path: Any, mesh24: Any, monkeypatch: Any) -> None:
+    d, _ = _saved(tmp_path, mesh24)
+    before = _pieces(d)
+    newer = _tree()
+    newer["embed"] = newer["embed"] + 1
+
+    def killed(path: str, write: Any) -> None:
+        raise KeyboardInterrupt  # the pieces are written, the index is not
+
+    monkeypatch.setattr(_sharded, "atomic_write", killed)
+    with pytest.raises(KeyboardInterrupt):
+        sio.save_sharded(d, sh.shard(newer, mesh24, RULES))
+    assert len(_pieces(d)) == 2  # the old piece and the orphan
+    _equal_trees(sio.load(d), sio.load(d))
+    np.testing.assert_array_equal(sio.load(d)["embed"], _tree()["embed"])
+    monkeypatch.undo()
+    sio.save_sharded(d, sh.shard(newer, mesh24, RULES))
+    assert len(_pieces(d)) == 1 and _pieces(d) != before  # old and orphan pieces removed
+    np.testing.assert_array_equal(sio.load(d)["embed"], newer["embed"])
+
+
+def test_save_sharded_bad_input(tmp_path: Any, mesh24: Any) -> None:
+    f = tmp_path / "file"
+    f.write_bytes(b"x")
+    with pytest.raises(NotADirectoryError) as info:
+        sio.save_sharded(str(f), {"a": np.ones(2)})
+    assert info.value.filename == str(f)
+    with pytest.raises(ValueError, match=r"key path \['a'\]\[0\]"):
+        sio.save_sharded(str(tmp_path / "d"), {"a": [object()]})
+    assert not os.path.exists(tmp_path / "d" / "index.json")
+
+
+# -- corrupted sharded checkpoints: one CheckpointError naming the tensor and the file --------------
+
+
+def _corrupt(tmp_path: Any, mesh24: Any, edit: Any) -> tuple[str, str]:
+    d, _ = _saved(tmp_path, mesh24)
+    idx = _index(d)
+    edit(idx, d)
+    with open(os.path.join(d, "index.json"), "w") as f:
+        json.dump(idx, f)
+    return d, _pieces(d)[0]
+
+
+def _raises(d: str, pattern: str) -> None:
+    for call in (lambda: sio.load(d), lambda: sio.read_header(d)):
+        with pytest.raises(CheckpointError) as info:
+            call()
+        assert info.value.path == d
+        assert re.search(pattern, str(info.value)), str(info.value)
+
+
+def test_corrupt_missing_piece(tmp_path: Any, mesh24: Any) -> None:
+    d, piece = _corrupt(tmp_path, mesh24, lambda idx, d: None)
+    os.unlink(os.path.join(d, piece))
+    _raises(d, rf"tensor 'embed': piece file '{piece}' is missing")
+
+
+def test_corrupt_truncated_piece(tmp_path: Any, mesh24: Any) -> None:
+    d, piece = _corrupt(tmp_path, mesh24, lambda idx, d: None)
+    full = os.path.join(d, piece)
+    os.truncate(full, os.path.getsize(full) - 8)
+    _raises(d, rf"tensor 'embed': piece file '{piece}' is unreadable: .*truncated")
+
+
+def test_corrupt_shape_lies(tmp_path: Any, mesh24: Any) -> None:
+    def edit(idx: Any, d: str) -> None:
+        idx["tensors"]["embed"]["shape"] = [20, 6]
+
+    d, piece = _corrupt(tmp_path, mesh24, edit)
+    _raises(d, rf"tensor 'embed': its slices cover 96 of its 120 elements \(shape \[20, 6\]; pieces \['{piece}'\]\): the checkpoint is incomplete")
+
+
+def test_corrupt_slice_differs_from_block(tmp_path: Any, mesh24: Any) -> None:
+    def edit(idx: Any, d: str) -> None:
+        idx["tensors"]["embed"]["slices"][0][2] = [[0, 3], [0, 6]]
+
+    d, piece = _corrupt(tmp_path, mesh24, edit)
+    _raises(d, rf"tensor 'embed': the index says the slice \[0:3, 0:6\] \(shape \[3, 6\], float32\) is the block 'embed\[0:4,0:6\]' of '{piece}', which is float32\[4, 6\]")
+
+
+def test_corrupt_dtype_lies(tmp_path: Any, mesh24: Any) -> None:
+    def edit(idx: Any, d: str) -> None:
+        idx["tensors"]["embed"]["dtype"] = "I32"
+
+    d, piece = _corrupt(tmp_path, mesh24, edit)
+    _raises(d, rf"tensor 'embed': the index says .* \(shape \[4, 6\], int32\) .* of '{piece}', which is float32\[4, 6\]")
+
+
+def test_corrupt_slice_outside_shape(tmp_path: Any, mesh24: Any) -> None:
+    def edit(idx: Any, d: str) -> None:
+        idx["tensors"]["embed"]["slices"][3][2] = [[14, 18], [0, 6]]
+
+    d, piece = _corrupt(tmp_path, mesh24, edit)
+    _raises(d, rf"tensor 'embed': the slice \[14:18, 0:6\] in '{piece}' lies outside its shape \[16, 6\]")
+
+
+def test_corrupt_overlapping_slices(tmp_path: Any, mesh24: Any) -> None:
+    def edit(idx: Any, d: str) -> None:
+        s = idx["tensors"]["embed"]["slices"]
+        s[1] = [s[1][0], s[0][1], [[2, 6], [0, 6]]]  # the block of rows 0:4 claimed for rows 2:6
+
+    d, piece = _corrupt(tmp_path, mesh24, edit)
+    _raises(d, rf"tensor 'embed': the slices \[0:4, 0:6\] in '{piece}' and \[2:6, 0:6\] in '{piece}' overlap")
+
+
+def test_corrupt_incomplete_slices(tmp_path: Any, mesh24: Any) -> None:
+    def edit(idx: Any, d: str) -> None:
+        del idx["tensors"]["layers.1.attn.query_proj.kernel"]["slices"][1]
+
+    d, piece = _corrupt(tmp_path, mesh24, edit)
+    _raises(d, rf"tensor 'layers.1.attn.query_proj.kernel': its slices cover 12 of its 24 elements .*'{piece}'.*incomplete")
+
+
+def test_corrupt_block_not_in_piece(tmp_path: Any, mesh24: Any) -> None:
+    def edit(idx: Any, d: str) -> None:
+        idx["tensors"]["embed"]["slices"][0][1] = "embed[0:4]"
+
+    d, piece = _corrupt(tmp_path, mesh24, edit)
+    _raises(d, rf"tensor 'embed': the piece file '{piece}' has no block 'embed\[0:4\]'")
+
+
+def test_corrupt_piece_name_outside_the_directory(tmp_path: Any, mesh24: Any) -> None:
+    def edit(idx: Any, d: str) -> None:
+        idx["tensors"]["embed"]["slices"][0][0] = "../elsewhere.safetensors"
+
+    d, _ = _corrupt(tmp_path, mesh24, edit)
+    _raises(d, r"tensor 'embed': piece file '../elsewhere.safetensors' is not a plain .safetensors file name")
+
+
+def test_corrupt_index_not_json(tmp_path: Any, mesh24: Any) -> None:
+    d, _ = _saved(tmp_path, mesh24)
+    with open(os.path.join(d, "index.json"), "w") as f:
+        f.write('{"format": "spruce.sharded", ')
+    _raises(d, r"corrupted index: index.json is not JSON")
+    with open(os.path.join(d, "index.json"), "w") as f:
+        json.dump({"format": "spruce.sharded", "version": 1, "metadata": {}, "tensors": {"a": {"dtype": "F32", "shape": [2], "slices": "x"}}}, f)
+    _raises(d, r"corrupted index: tensor 'a' has no slices")
+
+
+# -- the real thing ----------------------------------------------------------------------------------
+
+BERT_RULES = sh.Rules(
+    [
+        ("embeddings.word_embeddings.weight", P(None, "model")),
+        ("embeddings.position_embeddings.weight", P(None, "model")),
+        ("layers.*.attention.*_proj.weight", P("model", None)),
+        ("layers.*.attention.*_proj.bias", P("model")),
+        ("layers.*.intermediate.weight", P("model", None)),
+        ("layers.*.intermediate.bias", P("model")),
+        ("layers.*.output.weight", P(None, "model")),
+        ("**", None),
+    ]
+)
+
+
+def test_minilm_sharded_from_the_hugging_face_file(mesh24: Any) -> None:
+    from spruce.models import bert, minilm
+
+    folder = minilm.model_path()
+    skeleton = bert.BertModel.skeleton(bert.BertConfig.from_json(folder / "config.json"))
+    placements = sh.shardings(skeleton, mesh24, BERT_RULES)
+    model = sio.load(folder / "model.safetensors", like=skeleton, rename=bert.checkpoint_key, shardings=placements)
+    q = model.layers[0].attention.query_proj.weight
+    assert isinstance(q, jax.Array) and q.sharding.spec == P("model", None)
+    assert q.addressable_shards[0].data.shape == (96, 384)
+    assert model.embeddings.word_embeddings.weight.addressable_shards[0].data.shape == (30522, 96)
+    assert sh.explain(skeleton, mesh24, BERT_RULES).bytes_per_device == _per_device(model)
+    ids = np.array([[101, 7592, 2088, 102, 0, 0], [101, 2129, 2024, 2017, 1029, 102]], np.int32)
+    mask = (ids != 0).astype(np.int32)
+    batch = NamedSharding(mesh24, P("data"))
+    sharded = jax.jit(minilm._embed_batch)(model, jax.device_put(ids, batch), jax.device_put(mask, batch))
+    plain = jax.jit(minilm._embed_batch)(jax.device_put(minilm.load(), jax.devices()[0]), ids, mask)
+    assert sharded.shape == (2, 384)
+    np.testing.assert_allclose(np.asarray(sharded), np.asarray(plain), rtol=0, atol=1e-6)
+
+
+# -- the command line --------------------------------------------------------------------------------
+
+
+def test_cli_inspect_shows_the_merged_tree_and_its_split(tmp_path: Any, mesh24: Any, capsys: Any) -> None:
+    from spruce.cli import main
+
+    d, _ = _saved(tmp_path, mesh24)
+    assert main(["inspect", d]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == "ckpt  (sharded)  6 tensors, 157 parameters, 628 B (628 bytes)"
+    assert re.search(r"embed\s+\[16, 6\]\s+float32\s+96\s+384 B\s+4x1 blocks of \(4, 6\) in 1 file\s*$", out, re.M)
+    assert re.search(r"kernel\s+\[4, 6\]\s+float32\s+24\s+96 B\s+2x1 blocks of \(2, 6\) in 1 file\s*$", out, re.M)
+    assert re.search(r"bias\s+\[6\]\s+float32\s+6\s+24 B\s+whole\s*$", out, re.M)
+
+
+def test_cli_diff_sharded_directory_and_file(tmp_path: Any, mesh24: Any, capsys: Any) -> None:
+    from spruce.cli import main
+
+    d, placed = _saved(tmp_path, mesh24)
+    same = str(tmp_path / "same.safetensors")
+    sio.save(same, placed)
+    assert main(["diff", d, same]) == 0
+    assert "same structure: 6 tensors with the same names, shapes and dtypes" in capsys.readouterr().out
+    other = jax.tree.map(lambda x: np.asarray(x) if isinstance(x, jax.Array) else x, placed)
+    other["embed"] = other["embed"][:8]
+    del other["scale"]
+    diff = str(tmp_path / "other.safetensors")
+    sio.save(diff, other)
+    assert main(["diff", d, diff]) == 1
+    out = capsys.readouterr().out
+    assert "- scale  float32[]" in out and "~ embed  float32[16, 6] -> float32[8, 6]" in out

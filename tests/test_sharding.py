@@ -1,0 +1,360 @@
+"""spruce.sharding and sharded checkpoints.
+
+The cases that need 8 devices live in ``sharding_cases.py`` and run in one subprocess started
+with ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` (JAX reads it once, when its
+backend starts, so this process and the other test files keep the default device set); each
+case is reported here as its own test.  The patterns, the rule checks and the two-process
+save run here.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import spruce.io as sio
+import spruce.sharding as sh
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CASES = os.path.join(HERE, "sharding_cases.py")
+
+
+def _env(devices: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    src = os.path.join(os.path.dirname(HERE), "src")
+    if os.environ.get("SPRUCE_EXPECT_COMPILED") == "0":
+        env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def _case_names() -> list[str]:
+    with open(CASES, encoding="utf-8") as f:
+        module = ast.parse(f.read())
+    return [n.name for n in module.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: Any) -> dict[str, str | None]:
+    """Run sharding_cases.py on 8 host devices once; case name -> None (passed) or the
+    failure text."""
+    report = tmp_path_factory.mktemp("cases") / "report.xml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+         f"--rootdir={os.path.dirname(HERE)}", CASES],
+        env=_env(8), capture_output=True, text=True, timeout=900,
+    )
+    if not report.exists():
+        pytest.fail(f"the 8-device cases did not run:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    out: dict[str, str | None] = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        bad = [c for c in case if c.tag in ("failure", "error", "skipped")]
+        out[case.get("name", "")] = None if not bad else f"{bad[0].tag}: {bad[0].get('message')}\n{bad[0].text}"
+    return out
+
+
+@pytest.mark.slow  # one subprocess for all cases: 15-45 s on the shared machine, JAX start-up included
+@pytest.mark.parametrize("case", _case_names())
+def test_on_8_devices(outcomes: dict[str, str | None], case: str) -> None:
+    assert case in outcomes, f"{case} was not run"
+    if outcomes[case] is not None:
+        pytest.fail(outcomes[case], pytrace=False)
+
+
+# -- patterns and rules (no devices needed) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "pattern, name, hit",
+    [
+        ("*_proj", "query_proj", True),
+        ("*_proj", "layers.query_proj", False),  # * stays within one component
+        ("layers.*.weight", "layers.3.weight", True),
+        ("layers.*.weight", "layers.3.attn.weight", False),
+        ("**.weight", "weight", True),  # ** matches zero components
+        ("**.weight", "a.b.c.weight", True),
+        ("layers.**", "layers", True),
+        ("layers.**", "layers.0.w", True),
+        ("layers.**", "layersX.0", False),
+        ("a.**.b", "a.b", True),
+        ("a.**.b", "a.x.y.b", True),
+        ("a.**.b", "a.xb", False),
+        ("layer?.w", "layer1.w", True),
+        ("layer?.w", "layer12.w", False),
+        ("re:layers\\.[0-2]\\..*", "layers.2.w", True),
+        ("re:layers\\.[0-2]\\..*", "layers.3.w", False),
+        ("re:w", "ww", False),  # a regex matches the whole name
+        ("**", "", True),  # the root leaf
+        ("a+b", "a+b", True),  # other characters are literal
+        ("a+b", "aab", False),
+    ],
+)
+def test_patterns(pattern: str, name: str, hit: bool) -> None:
+    assert (sh.Rules([(pattern, P())]).match(name) is not None) is hit
+
+
+def test_first_match_wins_and_strict() -> None:
+    rules = sh.Rules([("layers.0.w", P("a")), ("layers.*.w", P("b"))])
+    tree = {"layers": [{"w": np.zeros(4)}, {"w": np.zeros(4)}], "n": 3}
+    assert sh.specs(tree, rules) == {"layers": [{"w": P("a")}, {"w": P("b")}], "n": None}
+    with pytest.raises(sh.ShardingError) as info:
+        sh.specs({"layers": [{"w": np.zeros(4)}], "head": np.zeros((2, 3))}, rules)
+    assert str(info.value).startswith("key path 'head' (shape (2, 3)): no rule matches it (strict rules)")
+    loose = sh.Rules(rules.rules, strict=False)
+    assert sh.specs({"head": np.zeros((2, 3))}, loose) == {"head": P()}
+
+
+def test_conflicts_are_errors() -> None:
+    with pytest.raises(sh.ShardingError, match=r"rule 1 \('b'\): the spec .* uses mesh axis 'm' twice \(dimensions 0 and 1\)"):
+        sh.Rules([("a", P()), ("b", P("m", "m"))])
+    with pytest.raises(sh.ShardingError, match=r"uses mesh axis 'm' twice \(dimensions 0 and 1\)"):
+        sh.Rules([("b", P(("d", "m"), "m"))])
+    with pytest.raises(sh.ShardingError, match=r"name one mesh axis twice"):
+        sh.Rules.fsdp(("m", "m"))
+
+
+def test_bad_rules() -> None:
+    with pytest.raises(sh.ShardingError, match=r"^key path 'w': the spec .* has 2 entries but the array has shape \(4,\)"):
+        sh.specs({"w": np.zeros(4)}, sh.Rules([("w", P("a", "b"))]))
+    with pytest.raises(TypeError, match=r"PartitionSpec or None"):
+        sh.Rules([("w", ("a",))])
+    with pytest.raises(ValueError, match=r"'\*\*' must be a whole component"):
+        sh.Rules([("a**", None)])
+    with pytest.raises(ValueError, match=r"bad regular expression"):
+        sh.Rules([("re:(", None)])
+    with pytest.raises(ValueError, match=r"on_indivisible must be"):
+        sh.Rules([], on_indivisible="pad")  # type: ignore[arg-type]
+    with pytest.raises(sh.ShardingError, match=r"Rules.fsdp needs the mesh"):
+        sh.specs({"w": np.zeros(4096)}, sh.Rules.fsdp("m"))
+
+
+def test_rules_are_values() -> None:
+    a = sh.Rules({"w": P("m"), "**": None})
+    b = sh.Rules([("w", P("m")), ("**", P())])
+    assert a == b and hash(a) == hash(b) and a != sh.Rules([("w", P("m"))])
+    with pytest.raises(AttributeError):
+        a.strict = False  # type: ignore[misc]
+
+
+def test_specs_cache_sees_new_shapes() -> None:
+    rules = sh.Rules([("w", P("m")), ("**", None)])
+    m = sh.mesh({"m": 1})
+    assert sh.specs({"w": np.zeros(4)}, rules, mesh=m) == {"w": P("m")}
+    with pytest.raises(sh.ShardingError, match=r"has 1 entries but the array has shape \(\)"):
+        sh.specs({"w": np.zeros(())}, rules, mesh=m)
+
+
+# -- sharded checkpoints on one device -----------------------------------------------------------------
+
+
+def test_dtype_cast_on_load(tmp_path: Any) -> None:
+    import ml_dtypes
+
+    path = str(tmp_path / "half.safetensors")
+    stored = {"w": np.arange(4, dtype=ml_dtypes.bfloat16), "ids": np.arange(3, dtype=np.int64)}
+    sio.save(path, stored)
+    like = {"w": np.zeros(4, np.float32), "ids": np.zeros(3, np.int64)}
+    with pytest.raises(sio.MismatchError, match=r"w: like has float32\[4\], the file bfloat16\[4\]"):
+        sio.load(path, like)
+    got = sio.load(path, like, dtype="like")
+    assert got["w"].dtype == np.float32 and got["ids"].dtype == np.int64
+    np.testing.assert_array_equal(got["w"], [0, 1, 2, 3])
+    plain = sio.load(path, dtype=np.float32)
+    assert plain["w"].dtype == np.float32 and plain["ids"].dtype == np.int64  # ints are not cast
+    d = str(tmp_path / "sharded")
+    sio.save_sharded(d, stored)
+    assert sio.load(d, dtype="float16")["w"].dtype == np.float16
+    with pytest.raises(ValueError, match=r"dtype='like' casts to the dtypes of like's leaves"):
+        sio.load(path, dtype="like")
+
+
+def test_save_sharded_metadata_and_round_trip(tmp_path: Any) -> None:
+    d = str(tmp_path / "ckpt")
+    tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": (np.int8(3), None), "lr": 0.5}
+    sio.save_sharded(d, tree, metadata={"epoch": "2"})
+    assert sio.read_metadata(d)["epoch"] == "2"
+    back = sio.load(d)
+    assert back["b"] == (np.int8(3), None) and type(back["b"][0]) is np.int8 and back["lr"] == 0.5
+    np.testing.assert_array_equal(back["w"], tree["w"])
+    with pytest.raises(ValueError, match=r"metadata keys starting with 'spruce.' are reserved"):
+        sio.save_sharded(d, tree, metadata={"spruce.x": "1"})
+    with pytest.raises(ValueError, match=r"metadata must map str to str"):
+        sio.save_sharded(d, tree, metadata={"epoch": 2})  # type: ignore[dict-item]
+    assert sio.read_metadata(d)["epoch"] == "2"  # the refused saves left it as it was
+
+
+def test_shardings_without_like_for_every_kind_of_file(tmp_path: Any) -> None:
+    """shardings= without like: the stored structure (or the nested names of a file without
+    one) gets jax.Arrays; NumPy scalars and Python values stay as they are."""
+    import jax
+    from jax.sharding import SingleDeviceSharding
+    from safetensors.numpy import save_file
+
+    one = SingleDeviceSharding(jax.devices()[0])
+    tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "n": 4, "s": np.float32(2)}
+    plain = str(tmp_path / "plain.safetensors")
+    save_file({"enc.0.w": np.ones((2, 2), np.float32)}, plain)  # no spruce structure
+    back = sio.load(plain, shardings=one)
+    assert isinstance(back["enc"][0]["w"], jax.Array) and back["enc"][0]["w"].sharding == one
+    for name in ("t.npz", "t.safetensors", "dir"):
+        path = str(tmp_path / name)
+        (sio.save_sharded if name == "dir" else sio.save)(path, tree)
+        got = sio.load(path, shardings=one)
+        assert isinstance(got["w"], jax.Array) and got["w"].sharding == one
+        np.testing.assert_array_equal(np.asarray(got["w"]), tree["w"])
+        assert got["n"] == 4 and type(got["s"]) is np.float32
+
+
+def test_mmap_false_copies(tmp_path: Any) -> None:
+    for path in (str(tmp_path / "a.safetensors"), str(tmp_path / "d")):
+        save = sio.save_sharded if path.endswith("d") else sio.save
+        save(path, {"w": np.arange(1000, dtype=np.float32)})
+        copied = sio.load(path, mmap=False)["w"]
+        mapped = sio.load(path)["w"]
+        assert copied.flags.owndata and not mapped.flags.owndata
+        for root, _, files in os.walk(path) if os.path.isdir(path) else [("", [], [path])]:
+            for f in files:
+                if f.endswith(".safetensors"):
+                    os.truncate(os.path.join(root, f), 0)  # cannot disturb the copy
+        np.testing.assert_array_equal(copied, np.arange(1000, dtype=np.float32))
+
+
+# -- two processes -----------------------------------------------------------------------------------
+
+_WORKER = textwrap.dedent(
+    """
+    import sys
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    port, pid, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid)
+    import numpy as np
+    from jax.sharding import PartitionSpec as P
+    import spruce.io, spruce.sharding as sh
+    assert jax.device_count() == 8 and jax.local_device_count() == 4
+    mesh = sh.mesh({"data": 2, "model": 4})
+    tree = {"embed": np.arange(16 * 8, dtype=np.float32).reshape(16, 8),
+            "layers": [{"w": np.arange(64, dtype=np.float32).reshape(8, 8) * (i + 1), "b": np.ones(8, np.float32)} for i in range(2)],
+            "step": 5}
+    rules = sh.Rules([("embed", P("model", "data")), ("layers.*.w", P("data", None)), ("**", None)])
+    placed = sh.shard(tree, mesh, rules)
+    assert not placed["embed"].is_fully_addressable
+    spruce.io.save_sharded(folder, placed, metadata={"writer": "two processes"})
+    print("saved", pid)
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_two_processes_save_one_checkpoint(tmp_path: Any) -> None:
+    folder = str(tmp_path / "ckpt")
+    port = _free_port()
+    env = _env(4)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WORKER, str(port), str(i), folder], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    outputs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            outputs.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for i, (code, out, err) in enumerate(outputs):
+        assert code == 0 and f"saved {i}" in out, f"process {i} failed:\n{out}\n{err[-3000:]}"
+    pieces = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
+    assert [p.split("-", 1)[1] for p in pieces] == ["00000-of-00002.safetensors", "00001-of-00002.safetensors"]
+    tree = sio.load(folder)
+    np.testing.assert_array_equal(tree["embed"], np.arange(16 * 8, dtype=np.float32).reshape(16, 8))
+    np.testing.assert_array_equal(tree["layers"][1]["w"], np.arange(64, dtype=np.float32).reshape(8, 8) * 2)
+    assert tree["step"] == 5 and sio.read_metadata(folder)["writer"] == "two processes"
+    # each process wrote the blocks its devices own, no block twice
+    from safetensors.numpy import load_file
+
+    keys = [set(load_file(os.path.join(folder, p))) for p in pieces]
+    assert not keys[0] & keys[1]
+    assert sum(1 for k in keys[0] | keys[1] if k.startswith("embed")) == 8
+    assert "step" not in keys[0] | keys[1] and "layers.0.b" in keys[0]
+
+
+@pytest.mark.slow
+def test_sharded_training_example() -> None:
+    script = os.path.join(os.path.dirname(HERE), "examples", "sharded_training.py")
+    proc = subprocess.run([sys.executable, script, "--steps", "20"], env=_env(8), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "bit-identical: True" in proc.stdout
+    assert "restored on mesh {'data': 4, 'model': 2}: layers.0.weight P('model', None), (32, 8) per device" in proc.stdout
+    losses = [float(line.rsplit(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("final loss")]
+    assert len(losses) == 2 and abs(losses[0] - losses[1]) < 1e-5
+
+
+_SAVER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import spruce.io
+    folder = sys.argv[1]
+    k = 1
+    while True:
+        spruce.io.save_sharded(folder, {"step": k, "w": [np.full((256, 256), k, np.float32) for _ in range(8)]})
+        k += 1
+    """
+)
+
+
+def _step(folder: str) -> int:
+    """The step of the checkpoint being rewritten by another process (-1 when this read lost
+    the race with the deletion of the pieces it was about to read, as docs/io.md says)."""
+    try:
+        return int(sio.load(folder)["step"])
+    except (sio.CheckpointError, OSError):
+        return -1
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.13])
+def test_a_save_killed_with_sigkill_leaves_a_loadable_checkpoint(tmp_path: Any, delay: float) -> None:
+    """A process saving in a loop is killed (SIGKILL) at some point: the directory still
+    loads, and the tree is one complete save (every array filled with that save's step)."""
+    import time
+
+    folder = str(tmp_path / "ckpt")
+    sio.save_sharded(folder, {"step": 0, "w": [np.zeros((256, 256), np.float32) for _ in range(8)]})
+    env = _env(1)
+    proc = subprocess.Popen([sys.executable, "-c", _SAVER, folder], env=env, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while _step(folder) < 2 and time.monotonic() < deadline:  # saving in a loop now
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.01)
+        time.sleep(delay)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+    tree = sio.load(folder)
+    step = tree["step"]
+    assert step >= 2 and len(tree["w"]) == 8 and all(np.all(w == step) for w in tree["w"])
