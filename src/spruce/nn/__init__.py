@@ -24,6 +24,12 @@ from jax.numpy import tanh as tanh
 
 from .._module import _jax_hook
 from ._attention import MultiheadAttention as MultiheadAttention
+from ._conv import Conv1d as Conv1d
+from ._conv import Conv2d as Conv2d
+from ._conv import Conv3d as Conv3d
+from ._conv import ConvTranspose1d as ConvTranspose1d
+from ._conv import ConvTranspose2d as ConvTranspose2d
+from ._conv import ConvTranspose3d as ConvTranspose3d
 from ._linear import MLP as MLP
 from ._linear import Identity as Identity
 from ._linear import Lambda as Lambda
@@ -34,18 +40,44 @@ from ._misc import Dropout as Dropout
 from ._misc import Embedding as Embedding
 from ._norm import LayerNorm as LayerNorm
 from ._norm import RMSNorm as RMSNorm
+from ._pool import AdaptiveAvgPool1d as AdaptiveAvgPool1d
+from ._pool import AdaptiveAvgPool2d as AdaptiveAvgPool2d
+from ._pool import AdaptiveMaxPool1d as AdaptiveMaxPool1d
+from ._pool import AdaptiveMaxPool2d as AdaptiveMaxPool2d
+from ._pool import AvgPool1d as AvgPool1d
+from ._pool import AvgPool2d as AvgPool2d
+from ._pool import AvgPool3d as AvgPool3d
+from ._pool import MaxPool1d as MaxPool1d
+from ._pool import MaxPool2d as MaxPool2d
+from ._pool import MaxPool3d as MaxPool3d
 
 # Module classes created before JAX was imported (normally already done by the import hook).
 _jax_hook.flush()
 
 __all__ = [
     "MLP",
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "AvgPool3d",
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ConvTranspose3d",
     "Dropout",
     "Embedding",
     "Identity",
     "Lambda",
     "LayerNorm",
     "Linear",
+    "MaxPool1d",
+    "MaxPool2d",
+    "MaxPool3d",
     "MultiheadAttention",
     "RMSNorm",
     "Sequential",

@@ -41,3 +41,45 @@ def check_shape(x: Any, expected: tuple[int, ...], what: str) -> None:
             f"{what}: expected an input of shape {expected} (one example; use jax.vmap for a "
             f"batch), got shape {shape}"
         )
+
+
+def compute_dtype(*dtypes: Any) -> Any:
+    """The dtype two or more operands are computed in: ``jnp.promote_types`` of their dtypes,
+    at least floating.  Works under ``jax_numpy_dtype_promotion='strict'`` (the layers cast
+    every operand to it explicitly instead of relying on implicit promotion)."""
+    out = jnp.promote_types(dtypes[0], dtypes[0])
+    for d in dtypes[1:]:
+        out = jnp.promote_types(out, d)
+    if not jnp.issubdtype(out, jnp.inexact):
+        out = jnp.promote_types(out, jnp.result_type(float))
+    return out
+
+
+def as_tuple(value: Any, n: int, name: str, layer: str, minimum: int = 0) -> tuple[int, ...]:
+    """An int or a sequence of ``n`` ints as an ``n``-tuple (PyTorch's ``_ntuple``); each
+    ``>= minimum`` (ValueError), ints only (TypeError)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        out: tuple[Any, ...] = (value,) * n
+    else:
+        try:
+            out = tuple(value)
+        except TypeError:
+            raise TypeError(f"{layer}: {name} must be an int or a tuple of {n} ints, got {value!r}") from None
+        if len(out) != n:
+            raise ValueError(f"{layer}: {name} must be an int or a tuple of {n} ints, got {value!r}")
+    for v in out:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{layer}: {name} must be an int or a tuple of {n} ints, got {value!r}")
+        if v < minimum:
+            raise ValueError(f"{layer}: {name} must be >= {minimum}, got {value!r}")
+    return out
+
+
+def check_rank(x: Any, rank: int, what: str, layout: str) -> None:
+    """Raise ValueError unless ``x`` has ``rank`` axes (``layout`` names them, e.g. ``(C, H, W)``)."""
+    shape = tuple(getattr(x, "shape", ()))
+    if len(shape) != rank:
+        raise ValueError(
+            f"{what}: expected one example of shape {layout} (channels first; use jax.vmap for a "
+            f"batch), got shape {shape}"
+        )
