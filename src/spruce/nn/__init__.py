@@ -24,6 +24,7 @@ from jax.numpy import tanh as tanh
 
 from .._module import _jax_hook
 from ._attention import MultiheadAttention as MultiheadAttention
+from ._batchnorm import BatchNorm as BatchNorm
 from ._conv import Conv1d as Conv1d
 from ._conv import Conv2d as Conv2d
 from ._conv import Conv3d as Conv3d
@@ -38,6 +39,7 @@ from ._linear import Sequential as Sequential
 from ._linear import identity as identity
 from ._misc import Dropout as Dropout
 from ._misc import Embedding as Embedding
+from ._norm import GroupNorm as GroupNorm
 from ._norm import LayerNorm as LayerNorm
 from ._norm import RMSNorm as RMSNorm
 from ._pool import AdaptiveAvgPool1d as AdaptiveAvgPool1d
@@ -50,6 +52,10 @@ from ._pool import AvgPool3d as AvgPool3d
 from ._pool import MaxPool1d as MaxPool1d
 from ._pool import MaxPool2d as MaxPool2d
 from ._pool import MaxPool3d as MaxPool3d
+from ._state import State as State
+from ._state import inference_mode as inference_mode
+from ._state import make_with_state as make_with_state
+from ._state import update_state as update_state
 
 # Module classes created before JAX was imported (normally already done by the import hook).
 _jax_hook.flush()
@@ -63,6 +69,7 @@ __all__ = [
     "AvgPool1d",
     "AvgPool2d",
     "AvgPool3d",
+    "BatchNorm",
     "Conv1d",
     "Conv2d",
     "Conv3d",
@@ -71,6 +78,7 @@ __all__ = [
     "ConvTranspose3d",
     "Dropout",
     "Embedding",
+    "GroupNorm",
     "Identity",
     "Lambda",
     "LayerNorm",
@@ -81,11 +89,14 @@ __all__ = [
     "MultiheadAttention",
     "RMSNorm",
     "Sequential",
+    "State",
     "elu",
     "gelu",
     "identity",
+    "inference_mode",
     "leaky_relu",
     "log_softmax",
+    "make_with_state",
     "relu",
     "sigmoid",
     "silu",
@@ -93,4 +104,5 @@ __all__ = [
     "softplus",
     "swish",
     "tanh",
+    "update_state",
 ]

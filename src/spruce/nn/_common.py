@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -83,3 +84,31 @@ def check_rank(x: Any, rank: int, what: str, layout: str) -> None:
             f"{what}: expected one example of shape {layout} (channels first; use jax.vmap for a "
             f"batch), got shape {shape}"
         )
+
+
+def replace_fields(module: Any, **changes: Any) -> Any:
+    """A copy of ``module`` with some fields (static ones included) set to new values.
+
+    Like rebuilding a Module from its leaves (unflatten), it runs no ``__init__``, converter or
+    ``__check_init__``: the copy has exactly the old fields and the given changes."""
+    new = object.__new__(type(module))
+    new.__dict__.update(module.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+
+def map_modules(fn: Any, tree: Any) -> Any:
+    """Apply ``fn`` to every Module in ``tree``, innermost first: each Module's non-static
+    fields are mapped, then ``fn`` gets the rebuilt Module and returns its replacement.  Leaves
+    and non-Module nodes are kept as they are (rebuilt by ``spruce.tree.map``)."""
+    from .. import tree as _tree
+    from .._module import Module
+
+    def visit(x: Any) -> Any:
+        if not isinstance(x, Module):
+            return x
+        dynamic = [f.name for f in dataclasses.fields(x) if not f.metadata.get("static", False)]
+        d = x.__dict__
+        return fn(replace_fields(x, **{n: map_modules(fn, d[n]) for n in dynamic}))
+
+    return _tree.map(visit, tree, is_leaf=lambda x: isinstance(x, Module))
