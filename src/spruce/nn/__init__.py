@@ -39,6 +39,7 @@ from ._linear import Sequential as Sequential
 from ._linear import identity as identity
 from ._misc import Dropout as Dropout
 from ._misc import Embedding as Embedding
+from ._misc import PReLU as PReLU
 from ._norm import GroupNorm as GroupNorm
 from ._norm import LayerNorm as LayerNorm
 from ._norm import RMSNorm as RMSNorm
@@ -52,6 +53,10 @@ from ._pool import AvgPool3d as AvgPool3d
 from ._pool import MaxPool1d as MaxPool1d
 from ._pool import MaxPool2d as MaxPool2d
 from ._pool import MaxPool3d as MaxPool3d
+from ._rnn import GRUCell as GRUCell
+from ._rnn import LSTMCell as LSTMCell
+from ._rope import RotaryPositionalEmbedding as RotaryPositionalEmbedding
+from ._shared import Shared as Shared
 from ._state import State as State
 from ._state import inference_mode as inference_mode
 from ._state import make_with_state as make_with_state
@@ -78,8 +83,10 @@ __all__ = [
     "ConvTranspose3d",
     "Dropout",
     "Embedding",
+    "GRUCell",
     "GroupNorm",
     "Identity",
+    "LSTMCell",
     "Lambda",
     "LayerNorm",
     "Linear",
@@ -87,8 +94,11 @@ __all__ = [
     "MaxPool2d",
     "MaxPool3d",
     "MultiheadAttention",
+    "PReLU",
     "RMSNorm",
+    "RotaryPositionalEmbedding",
     "Sequential",
+    "Shared",
     "State",
     "elu",
     "gelu",
