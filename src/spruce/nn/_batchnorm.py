@@ -136,9 +136,9 @@ class BatchNorm(Module):
                     "axis_name='batch' and call it under jax.vmap(..., axis_name='batch'), or use "
                     "inference mode (inference=True, or spruce.nn.inference_mode(model))"
                 )
-            mean = lax.pmean(jnp.mean(xf, axis=spatial), self.axis_name)
+            mean = lax.pmean(jnp.mean(xf, axis=spatial), self.axis_name)  # type: ignore[no-untyped-call]  # untyped in jax 0.10
             centred = xf - mean.reshape((-1,) + (1,) * len(spatial))
-            var = lax.pmean(jnp.mean(centred * centred, axis=spatial), self.axis_name)
+            var = lax.pmean(jnp.mean(centred * centred, axis=spatial), self.axis_name)  # type: ignore[no-untyped-call]  # untyped in jax 0.10
             if self.running_mean is not None and self.running_var is not None and not off:
                 if not isinstance(state, State):
                     raise ValueError(
@@ -146,7 +146,7 @@ class BatchNorm(Module):
                         "it as `y, state = bn(x, state)` with a spruce.nn.State (State(model) or "
                         "make_with_state), or build it with track_running_stats=False"
                     )
-                n = lax.psum(1, self.axis_name) * (x.size // x.shape[0])
+                n = lax.psum(1, self.axis_name) * (x.size // x.shape[0])  # type: ignore[no-untyped-call]  # untyped in jax 0.10
                 if isinstance(n, int) and n <= 1:
                     raise ValueError(
                         f"BatchNorm: expected more than 1 value per channel in training (a batch of "

@@ -45,14 +45,18 @@ def check_shape(x: Any, expected: tuple[int, ...], what: str) -> None:
 
 
 def compute_dtype(*dtypes: Any) -> Any:
-    """The dtype two or more operands are computed in: ``jnp.promote_types`` of their dtypes,
-    at least floating.  Works under ``jax_numpy_dtype_promotion='strict'`` (the layers cast
-    every operand to it explicitly instead of relying on implicit promotion)."""
-    out = jnp.promote_types(dtypes[0], dtypes[0])
-    for d in dtypes[1:]:
-        out = jnp.promote_types(out, d)
-    if not jnp.issubdtype(out, jnp.inexact):
-        out = jnp.promote_types(out, jnp.result_type(float))
+    """The dtype the operands of a layer are computed in: JAX's standard promotion of their
+    dtypes (``jnp.promote_types``), at least floating.
+
+    The layers cast every operand to it explicitly, so that a layer with float32 parameters
+    accepts a bfloat16 input (and returns float32) also under
+    ``jax_numpy_dtype_promotion='strict'``, which only forbids implicit promotion."""
+    with jax.numpy_dtype_promotion("standard"):
+        out = jnp.promote_types(dtypes[0], dtypes[0])
+        for d in dtypes[1:]:
+            out = jnp.promote_types(out, d)
+        if not jnp.issubdtype(out, jnp.inexact):
+            out = jnp.promote_types(out, jnp.result_type(float))
     return out
 
 

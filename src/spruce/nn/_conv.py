@@ -225,6 +225,7 @@ class Conv3d(_Conv):
     _ndim = 3
 
 
+_cls: Any
 for _cls in (Conv1d, Conv2d, Conv3d):
     _n = _cls._ndim
     _cls.__doc__ = _CONV_DOC.format(n=_n, layout=_SPATIAL[_n - 1]) + _CONV_EXAMPLE[_n]

@@ -21,7 +21,7 @@ def _lowest(dtype: Any) -> Any:
         return jnp.array(-jnp.inf, dtype)
     if dtype == jnp.bool_:
         return jnp.array(False)
-    return jnp.array(jnp.iinfo(dtype).min, dtype)
+    return jnp.array(jnp.iinfo(dtype).min, dtype)  # type: ignore[no-untyped-call]  # untyped in jax 0.10
 
 
 def _window_pads(size: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...],
@@ -64,6 +64,7 @@ class _Pool(Module):
 
     def _check(self, x: Any) -> jax.Array:
         x = jnp.asarray(x)
+        assert isinstance(x, jax.Array)
         check_rank(x, self._ndim + 1, type(self).__name__, _SPATIAL[self._ndim - 1])
         return x
 
@@ -85,10 +86,11 @@ class _MaxPool(_Pool):
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
         x = self._check(x)
         pads = _window_pads(x.shape[1:], self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, type(self).__name__)
-        return lax.reduce_window(
+        y: jax.Array = lax.reduce_window(
             x, _lowest(x.dtype), lax.max, (1,) + self.kernel_size, (1,) + self.stride,
             ((0, 0),) + pads, window_dilation=(1,) + self.dilation,
         )
+        return y
 
 
 class _AvgPool(_Pool):
@@ -118,7 +120,7 @@ class _AvgPool(_Pool):
         dil = (1,) * n
         pads = _window_pads(size, self.kernel_size, self.stride, self.padding, dil, self.ceil_mode, type(self).__name__)
         window, strides = (1,) + self.kernel_size, (1,) + self.stride
-        total = lax.reduce_window(x, jnp.array(0, x.dtype), lax.add, window, strides, ((0, 0),) + pads)
+        total: jax.Array = lax.reduce_window(x, jnp.array(0, x.dtype), lax.add, window, strides, ((0, 0),) + pads)
         if self.divisor_override is not None:
             return total / jnp.asarray(self.divisor_override, x.dtype)
         # The divisor of each window, as PyTorch counts it: the input elements, plus with
@@ -207,6 +209,7 @@ class AvgPool3d(_AvgPool):
     _ndim = 3
 
 
+_cls: Any
 for _doc, _classes in ((_MAX_DOC, (MaxPool1d, MaxPool2d, MaxPool3d)), (_AVG_DOC, (AvgPool1d, AvgPool2d, AvgPool3d))):
     for _cls in _classes:
         _n = _cls._ndim
@@ -262,7 +265,7 @@ class _Adaptive(Module):
             sizes = (output_size,) * n
         else:
             try:
-                sizes = tuple(output_size)
+                sizes = tuple(output_size)  # type: ignore[arg-type]  # a TypeError is caught
             except TypeError:
                 sizes = ()
         if len(sizes) != n or any(s is not None and (isinstance(s, bool) or not isinstance(s, int) or s < 1) for s in sizes):

@@ -63,6 +63,7 @@ class _Cell(Module):
 
     def _hidden(self, h: Any, what: str) -> jax.Array:
         h = jnp.asarray(h)
+        assert isinstance(h, jax.Array)
         if h.shape != (self.hidden_size,):
             raise ValueError(f"{type(self).__name__}: {what} must have shape ({self.hidden_size},) (one example; use jax.vmap for a batch), got {h.shape}")
         return h
