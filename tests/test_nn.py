@@ -494,3 +494,21 @@ def test_shared_ties_weights_and_sums_gradients() -> None:
     np.testing.assert_allclose(g.pytree[0].weight, expected, rtol=1e-5)
     with pytest.raises(ValueError, match="same structure and leaf shapes"):
         nn.Shared((emb, nn.Linear(3, 4, key=KEY)), lambda t: t[1].weight, lambda t: t[0].weight)
+
+
+def test_conv_batchnorm_model_saves_and_loads_without_like(tmp_path: Any) -> None:
+    import spruce.io
+
+    model = nn.Sequential([
+        nn.Conv2d(1, 2, (3, 1), padding="same", key=KEY), nn.BatchNorm(2, axis_name="b"),
+        nn.MaxPool2d((2, 1)), nn.GroupNorm(1, 2), nn.PReLU(), nn.AdaptiveAvgPool2d((2, None)),
+    ])
+    path = str(tmp_path / "model.safetensors")
+    spruce.io.save(path, model)
+    loaded = spruce.io.load(path)  # every static field is plain data
+    assert loaded[1].state_index == model[1].state_index and loaded[0].padding == ((1, 1), (0, 0))
+    assert "state_index" not in repr(model)
+    x = jnp.linspace(-1, 1, 24).reshape(1, 8, 3)
+    np.testing.assert_allclose(nn.inference_mode(st.map(jnp.asarray, loaded))(x), nn.inference_mode(model)(x), rtol=1e-6)
+    spruce.io.save(path, nn.State(model))
+    np.testing.assert_array_equal(spruce.io.load(path).get(model[1])[1], np.ones(2, np.float32))

@@ -5,6 +5,26 @@ Parameters are created from an explicit PRNG ``key`` (keyword-only); shapes, dty
 initialisation rule are in each class's docstring.  Every layer's call accepts ``key=None`` so
 that layers compose in ``Sequential``.
 
+Layers:
+
+- dense and sequence: Linear, Identity, Lambda, Sequential, MLP, Embedding,
+  MultiheadAttention, RotaryPositionalEmbedding, LSTMCell, GRUCell;
+- convolution: Conv1d/2d/3d, ConvTranspose1d/2d/3d;
+- pooling: MaxPool1d/2d/3d, AvgPool1d/2d/3d, AdaptiveAvgPool1d/2d, AdaptiveMaxPool1d/2d;
+- normalisation: LayerNorm, RMSNorm, GroupNorm, BatchNorm;
+- other: Dropout, PReLU, Shared (tied weights).
+
+Layers with a PyTorch counterpart take PyTorch's arguments (``use_bias`` for ``bias``) and use
+its parameter names, layouts, initialisation and semantics, so a PyTorch ``state_dict`` loads
+by name (``spruce.io.load(path, like=model)``); inputs are channels first, as PyTorch's without
+the batch axis.  Every such layer is tested against torch.nn.
+
+Layer state that is not a parameter: ``State``, ``make_with_state`` and ``update_state`` carry
+BatchNorm's running statistics through a training step, and ``inference_mode(tree, value=True)``
+switches every layer with an ``inference`` field (Dropout, BatchNorm).  BatchNorm keeps its
+running statistics as its own leaves (PyTorch's names; inference needs nothing else) and
+returns updated ones in a ``State`` during training; the reasons are in ``State``'s docstring.
+
 Activations are JAX's own functions, re-exported as plain callables (store them in static
 fields): relu, gelu, silu, swish, sigmoid, tanh, softplus, elu, leaky_relu, softmax,
 log_softmax, and ``identity``.

@@ -56,8 +56,8 @@ class BatchNorm(Module):
 
     Statistics are computed in at least float32; ``y`` has the promoted dtype of x and the
     parameters.  Raises ValueError for a wrong channel count, for training without
-    ``axis_name`` or (with running statistics) without a state, and for ``n == 1``.  The design
-    (statistics in the layer and in a State) is explained in ``spruce.nn``'s documentation.
+    ``axis_name`` or (with running statistics) without a state, and for ``n == 1``.  Why the
+    statistics are both in the layer and in a State: see ``spruce.nn.State``.
 
     >>> import jax, jax.numpy as jnp
     >>> bn = BatchNorm(2, inference=True)        # fresh statistics: mean 0, variance 1
@@ -74,7 +74,7 @@ class BatchNorm(Module):
     momentum: float = field(static=True)
     axis_name: Hashable | tuple[Hashable, ...] | None = field(static=True)
     inference: bool = field(static=True)
-    state_index: str | None = field(static=True)
+    state_index: str | None = field(static=True, repr=False)
 
     state_fields = ("running_mean", "running_var")  # what a State holds for this layer (not a field)
 

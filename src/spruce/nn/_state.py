@@ -1,16 +1,9 @@
 """Layer state that is not a parameter: running statistics (``State``, ``make_with_state``,
-``update_state``) and the inference switch (``inference_mode``).
+``update_state``; the design is in ``State``'s docstring) and the inference switch
+(``inference_mode``).
 
-Design.  Equinox keeps a BatchNorm's running statistics only in a separate ``State`` object, so
-even inference needs the state threaded through every call.  spruce keeps them **in the layer**
-as well, as ordinary leaves under PyTorch's names (``running_mean``, ``running_var``): a PyTorch
-``state_dict`` loads into the model by name, ``spruce.io.save(model)`` saves them with the
-weights, and an inference-mode model is called like any other layer (``model(x)``, inside a
-``Sequential`` too).  Training, which must return new statistics from a pure function, threads
-a ``State`` as Equinox does — ``y, state = bn(x, state)`` — keyed by each stateful layer's
-``state_index`` (a random hex string made when the layer is built, kept by every copy, plain
-data so it saves and loads); ``update_state(model, state)`` writes the trained statistics back
-into the layers before evaluating or saving.
+A stateful layer declares ``state_fields`` (a class attribute: the names of its state fields)
+and a static ``state_index`` field (None when it keeps no state).
 """
 
 from __future__ import annotations
@@ -39,6 +32,17 @@ class State(Module):
 
     Methods: ``state.get(layer)`` -> the tuple, or None; ``state.set(layer, value)`` -> a new
     State (states are immutable).
+
+    Design: Equinox keeps running statistics only in its State, so every call, inference
+    included, threads one.  spruce keeps them in the layer as well, as ordinary leaves under
+    PyTorch's names: a PyTorch ``state_dict`` loads by name, ``spruce.io.save(model)`` saves
+    them with the weights, and an inference-mode model is called like any other layer (inside
+    a ``Sequential`` too).  Only training, which must return new statistics from a pure
+    function, threads a State (``y, state = bn(x, state)``, as Equinox), keyed by each layer's
+    ``state_index`` (a random hex string made when the layer is built, kept by every copy and by
+    ``spruce.io``); ``update_state(model, state)`` writes the result back into the layers.
+    The running statistics take no part in a training step's output, so their gradients are
+    zero; exclude them from weight decay as PyTorch excludes buffers.
 
     >>> import jax, jax.numpy as jnp
     >>> from spruce.nn import BatchNorm
