@@ -194,6 +194,8 @@ POOL_CASES = [
     ("AdaptiveAvgPool2d", dict(output_size=1), (2, 2, 6, 6)),
     ("AdaptiveMaxPool1d", dict(output_size=4), (2, 3, 10)),
     ("AdaptiveMaxPool2d", dict(output_size=(3, 9)), (2, 2, 10, 7)),
+    ("AdaptiveAvgPool3d", dict(output_size=(2, None, 3)), (2, 2, 5, 3, 7)),
+    ("AdaptiveMaxPool3d", dict(output_size=(3, 2, 4)), (2, 2, 5, 3, 7)),
 ]
 
 

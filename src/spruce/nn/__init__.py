@@ -10,7 +10,7 @@ Layers:
 - dense and sequence: Linear, Identity, Lambda, Sequential, MLP, Embedding,
   MultiheadAttention, RotaryPositionalEmbedding, LSTMCell, GRUCell;
 - convolution: Conv1d/2d/3d, ConvTranspose1d/2d/3d;
-- pooling: MaxPool1d/2d/3d, AvgPool1d/2d/3d, AdaptiveAvgPool1d/2d, AdaptiveMaxPool1d/2d;
+- pooling: MaxPool1d/2d/3d, AvgPool1d/2d/3d, AdaptiveAvgPool1d/2d/3d, AdaptiveMaxPool1d/2d/3d;
 - normalisation: LayerNorm, RMSNorm, GroupNorm, BatchNorm;
 - other: Dropout, PReLU, Shared (tied weights).
 
@@ -65,8 +65,10 @@ from ._norm import LayerNorm as LayerNorm
 from ._norm import RMSNorm as RMSNorm
 from ._pool import AdaptiveAvgPool1d as AdaptiveAvgPool1d
 from ._pool import AdaptiveAvgPool2d as AdaptiveAvgPool2d
+from ._pool import AdaptiveAvgPool3d as AdaptiveAvgPool3d
 from ._pool import AdaptiveMaxPool1d as AdaptiveMaxPool1d
 from ._pool import AdaptiveMaxPool2d as AdaptiveMaxPool2d
+from ._pool import AdaptiveMaxPool3d as AdaptiveMaxPool3d
 from ._pool import AvgPool1d as AvgPool1d
 from ._pool import AvgPool2d as AvgPool2d
 from ._pool import AvgPool3d as AvgPool3d
@@ -89,8 +91,10 @@ __all__ = [
     "MLP",
     "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d",
     "AdaptiveMaxPool1d",
     "AdaptiveMaxPool2d",
+    "AdaptiveMaxPool3d",
     "AvgPool1d",
     "AvgPool2d",
     "AvgPool3d",

@@ -1,4 +1,4 @@
-"""MaxPool1d/2d/3d, AvgPool1d/2d/3d, AdaptiveAvgPool1d/2d, AdaptiveMaxPool1d/2d (PyTorch's semantics)."""
+"""MaxPool1d/2d/3d, AvgPool1d/2d/3d, AdaptiveAvgPool1d/2d/3d, AdaptiveMaxPool1d/2d/3d (PyTorch's semantics)."""
 
 from __future__ import annotations
 
@@ -294,6 +294,13 @@ class AdaptiveAvgPool2d(_Adaptive):
         return self._pool(jnp.asarray(x).astype(compute_dtype(jnp.asarray(x).dtype)), _avg_axis)
 
 
+class AdaptiveAvgPool3d(_Adaptive):
+    _ndim = 3
+
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        return self._pool(jnp.asarray(x).astype(compute_dtype(jnp.asarray(x).dtype)), _avg_axis)
+
+
 class AdaptiveMaxPool1d(_Adaptive):
     _ndim = 1
 
@@ -303,6 +310,13 @@ class AdaptiveMaxPool1d(_Adaptive):
 
 class AdaptiveMaxPool2d(_Adaptive):
     _ndim = 2
+
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        return self._pool(x, _max_axis)
+
+
+class AdaptiveMaxPool3d(_Adaptive):
+    _ndim = 3
 
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
         return self._pool(x, _max_axis)
@@ -325,13 +339,19 @@ _ADAPTIVE_DOC = """Adaptive {kind} pooling of one example to a fixed output size
     {out}
 """
 
-_ADAPTIVE_EXAMPLES = {1: ("3", "10", "(2, 5)", "(2, 3)"), 2: ("(2, None)", "30", "(1, 5, 6)", "(1, 2, 6)")}
+_ADAPTIVE_EXAMPLES = {
+    1: ("3", "10", "(2, 5)", "(2, 3)"),
+    2: ("(2, None)", "30", "(1, 5, 6)", "(1, 2, 6)"),
+    3: ("1", "24", "(1, 2, 3, 4)", "(1, 1, 1, 1)"),
+}
 
 for _cls, _kind, _dtype in (
     (AdaptiveAvgPool1d, "average", "The result has x's floating dtype (ints promoted to float)."),
     (AdaptiveAvgPool2d, "average", "The result has x's floating dtype (ints promoted to float)."),
+    (AdaptiveAvgPool3d, "average", "The result has x's floating dtype (ints promoted to float)."),
     (AdaptiveMaxPool1d, "max", "The result has x's dtype."),
     (AdaptiveMaxPool2d, "max", "The result has x's dtype."),
+    (AdaptiveMaxPool3d, "max", "The result has x's dtype."),
 ):
     _n = _cls._ndim
     _arg, _size, _shape, _out = _ADAPTIVE_EXAMPLES[_n]
