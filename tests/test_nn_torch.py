@@ -75,8 +75,15 @@ def _randomise(tlayer: Any, seed: int) -> None:
                 t.copy_(v)
 
 
+@jax.jit
+def _vmapped(layer: Any, x: jax.Array) -> jax.Array:
+    return jax.vmap(layer)(x)
+
+
 def _batch(layer: Any, x: np.ndarray) -> np.ndarray:
-    return np.asarray(jax.jit(jax.vmap(layer))(jnp.asarray(x)))
+    # The layer is an argument, so layers of one structure (spruce's and the one loaded from
+    # torch) share a compilation.
+    return np.asarray(_vmapped(layer, jnp.asarray(x)))
 
 
 def _tolerance(reduced: int) -> dict[str, float]:
