@@ -376,3 +376,5 @@ class ConvTranspose3d(_ConvTranspose):
 for _cls in (ConvTranspose1d, ConvTranspose2d, ConvTranspose3d):
     _n = _cls._ndim
     _cls.__doc__ = _CONVT_DOC.format(n=_n, layout=_SPATIAL[_n - 1]) + _CONVT_EXAMPLE[_n]
+
+del _cls, _n

@@ -257,6 +257,7 @@ class _Adaptive(Module):
     output_size: tuple[int | None, ...] = field(static=True)
 
     _ndim = 0
+    _average = True  # average or max pooling (a class attribute, not a field)
 
     def __init__(self, output_size: int | None | Sequence[int | None]) -> None:
         name, n = type(self).__name__, self._ndim
@@ -272,54 +273,38 @@ class _Adaptive(Module):
             raise ValueError(f"{name}: output_size must be an int >= 1 or a tuple of {n} such ints or None, got {output_size!r}")
         self.output_size = sizes
 
-    def _pool(self, x: Any, reduce: Callable[[jax.Array, int, int, int], jax.Array]) -> jax.Array:
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
         x = jnp.asarray(x)
         check_rank(x, self._ndim + 1, type(self).__name__, _SPATIAL[self._ndim - 1])
         if any(d == 0 for d in x.shape[1:]):
             raise ValueError(f"{type(self).__name__}: spatial sizes must be > 0, got shape {x.shape}")
-        return _adaptive(x, self.output_size, reduce)
+        if self._average:
+            return _adaptive(x.astype(compute_dtype(x.dtype)), self.output_size, _avg_axis)
+        return _adaptive(x, self.output_size, _max_axis)
 
 
 class AdaptiveAvgPool1d(_Adaptive):
-    _ndim = 1
-
-    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
-        return self._pool(jnp.asarray(x).astype(compute_dtype(jnp.asarray(x).dtype)), _avg_axis)
+    _ndim, _average = 1, True
 
 
 class AdaptiveAvgPool2d(_Adaptive):
-    _ndim = 2
-
-    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
-        return self._pool(jnp.asarray(x).astype(compute_dtype(jnp.asarray(x).dtype)), _avg_axis)
+    _ndim, _average = 2, True
 
 
 class AdaptiveAvgPool3d(_Adaptive):
-    _ndim = 3
-
-    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
-        return self._pool(jnp.asarray(x).astype(compute_dtype(jnp.asarray(x).dtype)), _avg_axis)
+    _ndim, _average = 3, True
 
 
 class AdaptiveMaxPool1d(_Adaptive):
-    _ndim = 1
-
-    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
-        return self._pool(x, _max_axis)
+    _ndim, _average = 1, False
 
 
 class AdaptiveMaxPool2d(_Adaptive):
-    _ndim = 2
-
-    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
-        return self._pool(x, _max_axis)
+    _ndim, _average = 2, False
 
 
 class AdaptiveMaxPool3d(_Adaptive):
-    _ndim = 3
-
-    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
-        return self._pool(x, _max_axis)
+    _ndim, _average = 3, False
 
 
 _ADAPTIVE_DOC = """Adaptive {kind} pooling of one example to a fixed output size, as
@@ -359,3 +344,5 @@ for _cls, _kind, _dtype in (
         kind=_kind, Kind="Avg" if _kind == "average" else "Max", n=_n, layout=_SPATIAL[_n - 1],
         dtype=_dtype, arg=_arg, size=_size, shape=_shape, out=_out,
     )
+
+del _cls, _n, _kind, _dtype, _arg, _size, _shape, _out, _doc, _classes
