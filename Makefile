@@ -38,6 +38,17 @@ $(VENV)/.deps: $(VENV)/.build-deps
 	rm -f $(VENV)/.compiled
 	touch $@
 
+# torch, only for the tests that compare spruce.nn with torch.nn (never a dependency of the
+# library or the demo).  Python 3.11 gets a CPU build (about 200 MB); for the other interpreters
+# only multi-GB CUDA builds exist, so they go without and those tests skip, saying why.
+TORCH := torch==2.13.0
+
+$(VENV)/.torch: $(VENV)/.deps
+	if $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then \
+	    $(PIP) install "$(TORCH)"; \
+	else echo "torch: no CPU build for this Python; the torch.nn comparison tests will skip"; fi
+	touch $@
+
 # The compiled build: mypyc compiles src/spruce/_tree into C extensions, in a wheel kept in
 # $(VENV)/wheels and made again only when a source file changed (about 4 minutes).  Installing
 # it takes seconds, so the deps targets above (which put the uncompiled build in place) cost no
@@ -68,10 +79,10 @@ examples: $(VENV)/.demo-deps build-compiled
 typecheck: $(VENV)/.deps
 	$(PY) -m mypy --strict src/spruce
 
-test-compiled: $(VENV)/.deps build-compiled
+test-compiled: $(VENV)/.deps $(VENV)/.torch build-compiled
 	SPRUCE_EXPECT_COMPILED=1 $(PY) -m pytest -q tests
 
-test-pure: $(VENV)/.deps
+test-pure: $(VENV)/.deps $(VENV)/.torch
 	SPRUCE_EXPECT_COMPILED=0 PYTHONPATH=src $(PY) -m pytest -q --doctest-modules src/spruce tests
 
 test: typecheck test-compiled test-pure

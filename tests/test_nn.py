@@ -245,3 +245,270 @@ def test_multihead_attention_sizes_and_errors() -> None:
         mha(jnp.ones((2, 16)), jnp.ones((3, 6)), jnp.ones((3, 5)), mask=jnp.ones((3, 3), bool))
     with pytest.raises(ValueError, match="num_heads must be >= 1"):
         nn.MultiheadAttention(0, 4, key=KEY)
+
+
+# ------------------------------------------------------------------ convolutions and pooling (torch-free checks; the
+# comparisons with torch.nn are in test_nn_torch.py)
+
+
+def test_conv_matches_a_direct_sum() -> None:
+    conv = nn.Conv1d(2, 3, 3, stride=2, padding=1, dilation=1, key=KEY)
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 7)), jnp.float32)
+    xp = np.pad(np.asarray(x), ((0, 0), (1, 1)))
+    w, b = np.asarray(conv.weight), np.asarray(conv.bias)
+    expected = np.array([[np.sum(w[o] * xp[:, 2 * t : 2 * t + 3]) + b[o] for t in range(4)] for o in range(3)])
+    np.testing.assert_allclose(conv(x), expected, rtol=1e-5, atol=1e-6)
+    assert conv.padding == ((1, 1),) and conv.kernel_size == (3,) and st.leaves(conv) == [conv.weight, conv.bias]
+
+
+def test_conv_padding_forms() -> None:
+    same = nn.Conv2d(1, 1, (4, 3), dilation=(1, 2), padding="same", key=KEY)
+    assert same.padding == ((1, 2), (2, 2)) and same(jnp.ones((1, 6, 5))).shape == (1, 6, 5)
+    assert nn.Conv2d(1, 1, 3, padding="valid", key=KEY).padding == ((0, 0), (0, 0))
+    assert nn.Conv2d(1, 1, 3, padding=(1, 2), key=KEY).padding == ((1, 1), (2, 2))
+    assert nn.Conv2d(1, 1, 3, padding=((0, 1), 2), key=KEY).padding == ((0, 1), (2, 2))
+    assert nn.Conv3d(1, 1, 1, padding=1, key=KEY)(jnp.ones((1, 2, 2, 2))).shape == (1, 4, 4, 4)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: nn.Conv2d(3, 4, 3, groups=2, key=KEY), ValueError, r"in_channels \(3\) and out_channels \(4\) must both be divisible by groups \(2\)"),
+        (lambda: nn.Conv2d(2, 2, 3, groups=0, key=KEY), ValueError, "groups must be an int >= 1"),
+        (lambda: nn.Conv2d(2, 2, (3, 3, 3), key=KEY), ValueError, "kernel_size must be an int or a tuple of 2 ints"),
+        (lambda: nn.Conv2d(2, 2, 0, key=KEY), ValueError, "kernel_size must be >= 1"),
+        (lambda: nn.Conv1d(2, 2, 3, stride=2, padding="same", key=KEY), ValueError, "padding='same' needs stride 1"),
+        (lambda: nn.Conv1d(2, 2, 3, padding="full", key=KEY), ValueError, "padding must be 'same', 'valid', an int"),
+        (lambda: nn.Conv1d(2, 2, 3, padding=-1, key=KEY), ValueError, "padding must be >= 0"),
+        (lambda: nn.Conv1d(2, 2, 3, padding=((1, 2, 3),), key=KEY), TypeError, "padding must be an int"),
+        (lambda: nn.Conv1d(2, 2, 3, padding_mode="mirror", key=KEY), ValueError, "padding_mode must be 'zeros', 'reflect'"),
+        (lambda: nn.Conv1d(2, 2, 3, key=None), TypeError, "needs a PRNG key"),  # type: ignore[arg-type]
+        (lambda: nn.ConvTranspose1d(2, 2, 3, stride=2, output_padding=2, key=KEY), ValueError, "output_padding must be smaller than stride or dilation"),
+        (lambda: nn.ConvTranspose1d(2, 2, 3, padding="same", key=KEY), ValueError, "padding must be an int"),
+        (lambda: nn.ConvTranspose1d(2, 2, 3, padding_mode="reflect", key=KEY), ValueError, "only padding_mode='zeros'"),
+        (lambda: nn.MaxPool2d(2, padding=2), ValueError, "padding should be at most half the kernel size"),
+        (lambda: nn.AvgPool1d(2, divisor_override=0), ValueError, "divisor_override must be None or an int > 0"),
+        (lambda: nn.AdaptiveAvgPool2d((2, 0)), ValueError, "output_size must be an int >= 1 or a tuple of 2"),
+        (lambda: nn.GroupNorm(3, 4), ValueError, r"num_channels \(4\) must be divisible by num_groups \(3\)"),
+        (lambda: nn.BatchNorm(3, momentum=1.5), ValueError, r"momentum must be a number in \[0, 1\]"),
+        (lambda: nn.PReLU(0), ValueError, "num_parameters must be >= 1"),
+        (lambda: nn.RotaryPositionalEmbedding(5), ValueError, "embedding_size must be an even int > 0"),
+        (lambda: nn.LSTMCell(2, -1, key=KEY), ValueError, "hidden_size must be >= 0"),
+    ],
+)
+def test_layer_construction_errors(make: Any, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        make()
+
+
+@pytest.mark.parametrize(
+    ("layer", "x", "match"),
+    [
+        (nn.Conv2d(3, 2, 3, key=KEY), jnp.ones((2, 3, 5, 5)), r"expected one example of shape \(C, H, W\).*jax.vmap.*got shape \(2, 3, 5, 5\)"),
+        (nn.Conv2d(3, 2, 3, key=KEY), jnp.ones((4, 5, 5)), r"expected 3 input channels \(axis 0\)"),
+        (nn.ConvTranspose1d(3, 2, 3, key=KEY), jnp.ones((3,)), r"shape \(C, L\)"),
+        (nn.MaxPool1d(3), jnp.ones((1, 2)), "smaller than the window"),
+        (nn.AdaptiveMaxPool1d(2), jnp.ones((2, 0)), "spatial sizes must be > 0"),
+        (nn.BatchNorm(3, inference=True), jnp.ones((4, 2)), r"expected one example of shape \(3, \.\.\.\)"),
+        (nn.GroupNorm(1, 3), jnp.ones((2, 3)), r"expected one example of shape \(3, \.\.\.\)"),
+        (nn.PReLU(3), jnp.ones((2, 3)), r"the input must have shape \(3, \.\.\.\)"),
+        (nn.RotaryPositionalEmbedding(4), jnp.ones((2, 3, 4)), r"expected x of shape \(seq_len, 4\)"),
+        (nn.GRUCell(3, 2, key=KEY), jnp.ones((2, 3)), r"expected an input of shape \(3,\)"),
+    ],
+)
+def test_layer_call_shape_errors(layer: Any, x: jax.Array, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        layer(x)
+
+
+def test_cell_hidden_state_errors() -> None:
+    lstm = nn.LSTMCell(3, 2, key=KEY)
+    with pytest.raises(ValueError, match=r"h must have shape \(2,\)"):
+        lstm(jnp.ones(3), (jnp.ones(3), jnp.ones(2)))
+    with pytest.raises(ValueError, match=r"hidden must be a pair \(h, c\)"):
+        lstm(jnp.ones(3), jnp.ones(2))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="positions must be an integer array"):
+        nn.RotaryPositionalEmbedding(4)(jnp.ones((2, 4)), jnp.array([0.0, 1.0]))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (nn.Conv2d(2, 3, 3, padding=1, key=KEY), (2, 5, 4)),
+        lambda: (nn.ConvTranspose1d(2, 3, 3, stride=2, key=KEY), (2, 5)),
+        lambda: (nn.BatchNorm(2, inference=True), (2, 5)),
+        lambda: (nn.GroupNorm(1, 2), (2, 5)),
+        lambda: (nn.PReLU(2), (2, 5)),
+        lambda: (nn.AvgPool1d(2), (2, 4)),
+        lambda: (nn.AdaptiveAvgPool1d(2), (2, 5)),
+        lambda: (nn.RotaryPositionalEmbedding(4), (3, 4)),
+    ],
+)
+def test_layers_under_strict_dtype_promotion(make: Any) -> None:
+    # bfloat16 input with float32 parameters: every layer casts explicitly, so it runs under
+    # jax_numpy_dtype_promotion='strict' and returns the promoted dtype.
+    layer, shape = make()
+    x = jnp.ones(shape, jnp.bfloat16)
+    with jax.numpy_dtype_promotion("strict"):
+        y = jax.jit(layer)(x)
+    params = st.leaves(layer)
+    expected = jnp.float32 if params else jnp.bfloat16
+    assert y.dtype == expected
+    with jax.numpy_dtype_promotion("strict"):
+        y16 = jax.jit(st.map(lambda a: a.astype(jnp.bfloat16), layer))(x)
+    assert y16.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(y16, np.float32), np.asarray(y, np.float32), rtol=0.05, atol=0.05)
+
+
+def test_cells_under_strict_dtype_promotion_and_scan() -> None:
+    lstm = nn.LSTMCell(3, 4, key=KEY)
+    with jax.numpy_dtype_promotion("strict"):
+        (h, c), hs = jax.lax.scan(lambda hc, x: (lstm(x, hc), lstm(x, hc)[0]), (jnp.zeros(4), jnp.zeros(4)), jnp.ones((5, 3), jnp.bfloat16))
+        gru = nn.GRUCell(3, 4, dtype=jnp.bfloat16, key=KEY)
+        assert gru(jnp.ones(3, jnp.bfloat16)).dtype == jnp.bfloat16
+    assert hs.shape == (5, 4) and h.dtype == jnp.float32
+
+
+def test_max_pool_keeps_integer_dtype() -> None:
+    x = jnp.arange(12, dtype=jnp.int32).reshape(1, 3, 4)
+    y = nn.MaxPool2d(2, padding=1)(x)
+    assert y.dtype == jnp.int32
+    np.testing.assert_array_equal(y, [[[0, 2, 3], [8, 10, 11]]])
+    np.testing.assert_array_equal(nn.AdaptiveMaxPool2d((1, 2))(x), [[[9, 11]]])
+    assert nn.AvgPool2d(2)(x).dtype == jnp.float32
+
+
+def test_rotary_embedding_depends_on_relative_position_only() -> None:
+    rope = nn.RotaryPositionalEmbedding(8)
+    rng = np.random.default_rng(0)
+    q, k = (jnp.asarray(rng.standard_normal((1, 8)), jnp.float32) for _ in range(2))
+
+    def score(m: int, n: int) -> float:
+        return float(jnp.sum(rope(q, jnp.array([m])) * rope(k, jnp.array([n]))))
+
+    assert score(3, 1) == pytest.approx(score(12, 10), rel=1e-4)
+    assert score(3, 1) != pytest.approx(score(3, 2), rel=1e-2)
+    np.testing.assert_allclose(rope(q, jnp.array([0])), q, rtol=1e-6)  # position 0: no rotation
+    np.testing.assert_allclose(jnp.linalg.norm(rope(q, jnp.array([7]))), jnp.linalg.norm(q), rtol=1e-5)
+
+
+# ------------------------------------------------------------------ state, inference mode, sharing
+
+
+def _model_with_batchnorm() -> Any:
+    k1, k2 = random.split(KEY)
+    return nn.Sequential([nn.Conv1d(2, 3, 3, key=k1), nn.BatchNorm(3, axis_name="batch"), nn.Dropout(0.5), nn.Linear(4, 2, key=k2)])
+
+
+def test_batchnorm_training_threads_a_state() -> None:
+    bn = nn.BatchNorm(2, momentum=0.5, axis_name="batch")
+    bn2, state = nn.make_with_state(nn.BatchNorm)(2, momentum=0.5, axis_name="batch")
+    assert list(state.values) == [bn2.state_index] and bn.state_index != bn2.state_index
+    state = nn.State(bn)
+    x = jnp.array([[[1.0, 3.0], [0.0, 0.0]], [[5.0, 7.0], [2.0, 2.0]]])  # batch 2, C 2, L 2
+    f = jax.jit(jax.vmap(bn, axis_name="batch", in_axes=(0, None), out_axes=(0, None)))
+    y, new = f(x, state)
+    # channel 0: values 1, 3, 5, 7: mean 4, biased var 5, unbiased 20/3; channel 1: 0, 0, 2, 2.
+    np.testing.assert_allclose(new.get(bn)[0], [2.0, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(new.get(bn)[1], [0.5 + 0.5 * 20 / 3, 0.5 + 0.5 * 4 / 3], rtol=1e-6)
+    np.testing.assert_allclose(y[:, 0], (np.array([[1.0, 3.0], [5.0, 7.0]]) - 4) / np.sqrt(5 + 1e-5), rtol=1e-5)
+    np.testing.assert_array_equal(bn.running_mean, [0.0, 0.0])  # the layer itself is unchanged
+    trained = nn.update_state(bn, new)
+    np.testing.assert_allclose(trained.running_mean, [2.0, 0.5], rtol=1e-6)
+    # Inference with a state passed returns it unchanged.
+    y_inf, same = jax.vmap(nn.inference_mode(trained), in_axes=(0, None), out_axes=(0, None))(x, new)
+    assert same is new or st.structure(same) == st.structure(new)
+    np.testing.assert_allclose(y_inf, jax.vmap(nn.inference_mode(trained))(x), rtol=1e-6)
+
+
+def test_batchnorm_training_errors() -> None:
+    with pytest.raises(ValueError, match="build it with axis_name='batch'"):
+        jax.vmap(nn.BatchNorm(2))(jnp.ones((3, 2)), None)
+    bn = nn.BatchNorm(2, axis_name="batch")
+    with pytest.raises(ValueError, match=r"call it as `y, state = bn\(x, state\)`"):
+        jax.vmap(bn, axis_name="batch")(jnp.ones((3, 2)))
+    with pytest.raises(ValueError, match="expected more than 1 value per channel"):
+        jax.vmap(bn, axis_name="batch", in_axes=(0, None), out_axes=(0, None))(jnp.ones((1, 2)), nn.State(bn))
+    with pytest.raises(TypeError, match="state must be a spruce.nn.State"):
+        nn.update_state(bn, {})  # type: ignore[arg-type]
+
+
+def test_state_in_a_model_trains_under_jit_and_grad() -> None:
+    model = _model_with_batchnorm()
+    state = nn.State(model)
+    assert len(state.values) == 1
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 2, 6)), jnp.float32)
+
+    def forward(m: Any, s: nn.State, x: jax.Array, key: jax.Array) -> Any:
+        h = m[0](x)
+        h, s = m[1](h, s)
+        return m[3](m[2](h, key=key).mean(0)), s
+
+    @jax.jit
+    def loss(m: Any, s: nn.State) -> Any:
+        keys = random.split(KEY, 4)
+        out, s = jax.vmap(forward, axis_name="batch", in_axes=(None, None, 0, 0), out_axes=(0, None))(m, s, x, keys)
+        return jnp.sum(out**2), s
+
+    (value, new_state), grads = jax.value_and_grad(loss, has_aux=True)(model, state)
+    assert st.structure(new_state) == st.structure(state)
+    assert not np.allclose(new_state.get(model[1])[0], 0.0)
+    # The running statistics take no part in the training output: their gradients are zero.
+    np.testing.assert_array_equal(grads[1].running_mean, 0.0)
+    updated = nn.update_state(model, new_state)
+    np.testing.assert_array_equal(updated[1].running_var, new_state.get(model[1])[1])
+    assert updated[0] is not model[0] and updated[0].weight is model[0].weight
+
+
+def test_inference_mode_switches_every_layer_with_an_inference_field() -> None:
+    model = {"net": _model_with_batchnorm(), "other": [nn.Dropout(0.1, inference=True), 3]}
+    on = nn.inference_mode(model)
+    assert on["net"][1].inference and on["net"][2].inference and on["other"][0].inference
+    assert on["other"][1] == 3 and on["net"][0].weight is model["net"][0].weight
+    off = nn.inference_mode(on, value=False)
+    assert not off["net"][1].inference and not off["other"][0].inference
+    assert not model["net"][1].inference  # the input is not modified
+    x = jnp.ones((3, 4))
+    assert on["net"][2](x) is x  # dropout off: no key needed
+    np.testing.assert_allclose(on["net"][1](x), x / np.sqrt(1 + 1e-5), rtol=1e-6)  # running statistics, no state
+    with pytest.raises(TypeError, match="value must be a bool"):
+        nn.inference_mode(model, value=1)  # type: ignore[arg-type]
+
+    class Custom(spruce.Module):
+        inference: bool = False
+
+    assert nn.inference_mode([Custom()])[0].inference is True
+
+
+def test_shared_ties_weights_and_sums_gradients() -> None:
+    emb, head = nn.Embedding(5, 3, key=KEY), nn.Linear(3, 5, use_bias=False, key=random.PRNGKey(1))
+    shared = nn.Shared((emb, head), lambda t: t[1].weight, lambda t: t[0].weight)
+    assert st.leaves(shared) == [emb.weight]
+    e, h = shared()
+    assert h.weight is e.weight
+    # d/dW of sum(W @ W[i]) = one-hot-row contribution (the embedding) + x (the head)
+    g = jax.grad(lambda s: jnp.sum(s()[1](s()[0](2))))(shared)
+    w = np.asarray(emb.weight)
+    expected = np.tile(w[2], (5, 1))
+    expected[2] += w.sum(0)
+    np.testing.assert_allclose(g.pytree[0].weight, expected, rtol=1e-5)
+    with pytest.raises(ValueError, match="same structure and leaf shapes"):
+        nn.Shared((emb, nn.Linear(3, 4, key=KEY)), lambda t: t[1].weight, lambda t: t[0].weight)
+
+
+def test_conv_batchnorm_model_saves_and_loads_without_like(tmp_path: Any) -> None:
+    import spruce.io
+
+    model = nn.Sequential([
+        nn.Conv2d(1, 2, (3, 1), padding="same", key=KEY), nn.BatchNorm(2, axis_name="b"),
+        nn.MaxPool2d((2, 1)), nn.GroupNorm(1, 2), nn.PReLU(), nn.AdaptiveAvgPool2d((2, None)),
+    ])
+    path = str(tmp_path / "model.safetensors")
+    spruce.io.save(path, model)
+    loaded = spruce.io.load(path)  # every static field is plain data
+    assert loaded[1].state_index == model[1].state_index and loaded[0].padding == ((1, 1), (0, 0))
+    assert "state_index" not in repr(model)
+    x = jnp.linspace(-1, 1, 24).reshape(1, 8, 3)
+    np.testing.assert_allclose(nn.inference_mode(st.map(jnp.asarray, loaded))(x), nn.inference_mode(model)(x), rtol=1e-6)
+    spruce.io.save(path, nn.State(model))
+    np.testing.assert_array_equal(spruce.io.load(path).get(model[1])[1], np.ones(2, np.float32))

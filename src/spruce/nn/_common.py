@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -41,3 +42,77 @@ def check_shape(x: Any, expected: tuple[int, ...], what: str) -> None:
             f"{what}: expected an input of shape {expected} (one example; use jax.vmap for a "
             f"batch), got shape {shape}"
         )
+
+
+def compute_dtype(*dtypes: Any) -> Any:
+    """The dtype the operands of a layer are computed in: JAX's standard promotion of their
+    dtypes (``jnp.promote_types``), at least floating.
+
+    The layers cast every operand to it explicitly, so that a layer with float32 parameters
+    accepts a bfloat16 input (and returns float32) also under
+    ``jax_numpy_dtype_promotion='strict'``, which only forbids implicit promotion."""
+    with jax.numpy_dtype_promotion("standard"):
+        out = jnp.promote_types(dtypes[0], dtypes[0])
+        for d in dtypes[1:]:
+            out = jnp.promote_types(out, d)
+        if not jnp.issubdtype(out, jnp.inexact):
+            out = jnp.promote_types(out, jnp.result_type(float))
+    return out
+
+
+def as_tuple(value: Any, n: int, name: str, layer: str, minimum: int = 0) -> tuple[int, ...]:
+    """An int or a sequence of ``n`` ints as an ``n``-tuple (PyTorch's ``_ntuple``); each
+    ``>= minimum`` (ValueError), ints only (TypeError)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        out: tuple[Any, ...] = (value,) * n
+    else:
+        try:
+            out = tuple(value)
+        except TypeError:
+            raise TypeError(f"{layer}: {name} must be an int or a tuple of {n} ints, got {value!r}") from None
+        if len(out) != n:
+            raise ValueError(f"{layer}: {name} must be an int or a tuple of {n} ints, got {value!r}")
+    for v in out:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{layer}: {name} must be an int or a tuple of {n} ints, got {value!r}")
+        if v < minimum:
+            raise ValueError(f"{layer}: {name} must be >= {minimum}, got {value!r}")
+    return out
+
+
+def check_rank(x: Any, rank: int, what: str, layout: str) -> None:
+    """Raise ValueError unless ``x`` has ``rank`` axes (``layout`` names them, e.g. ``(C, H, W)``)."""
+    shape = tuple(getattr(x, "shape", ()))
+    if len(shape) != rank:
+        raise ValueError(
+            f"{what}: expected one example of shape {layout} (channels first; use jax.vmap for a "
+            f"batch), got shape {shape}"
+        )
+
+
+def replace_fields(module: Any, **changes: Any) -> Any:
+    """A copy of ``module`` with some fields (static ones included) set to new values.
+
+    Like rebuilding a Module from its leaves (unflatten), it runs no ``__init__``, converter or
+    ``__check_init__``: the copy has exactly the old fields and the given changes."""
+    new = object.__new__(type(module))
+    new.__dict__.update(module.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+
+def map_modules(fn: Any, tree: Any) -> Any:
+    """Apply ``fn`` to every Module in ``tree``, innermost first: each Module's non-static
+    fields are mapped, then ``fn`` gets the rebuilt Module and returns its replacement.  Leaves
+    and non-Module nodes are kept as they are (rebuilt by ``spruce.tree.map``)."""
+    from .. import tree as _tree
+    from .._module import Module
+
+    def visit(x: Any) -> Any:
+        if not isinstance(x, Module):
+            return x
+        dynamic = [f.name for f in dataclasses.fields(x) if not f.metadata.get("static", False)]
+        d = x.__dict__
+        return fn(replace_fields(x, **{n: map_modules(fn, d[n]) for n in dynamic}))
+
+    return _tree.map(visit, tree, is_leaf=lambda x: isinstance(x, Module))

@@ -1,4 +1,4 @@
-"""Embedding and Dropout."""
+"""Embedding, Dropout and PReLU."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from .._module import Module, field
-from ._common import check_key, check_size, default_float_dtype
+from ._common import check_key, check_size, compute_dtype, default_float_dtype
 
 
 class Embedding(Module):
@@ -105,3 +105,51 @@ class Dropout(Module):
         q = 1.0 - self.p
         mask = jax.random.bernoulli(key, q, x.shape)
         return jnp.where(mask, x / jnp.asarray(q, x.dtype), jnp.zeros((), x.dtype))
+
+
+class PReLU(Module):
+    """The parametric ReLU ``max(0, x) + weight * min(0, x)`` (He et al., 2015), as
+    ``torch.nn.PReLU``.
+
+    Args:
+      num_parameters: 1 (one slope shared by all elements) or the number of channels ``C``
+        (one slope per channel, along axis 0 of an example: the channel axis of a
+        channels-first example, PyTorch's axis 1 of a batch).
+      init: the initial slope (default 0.25).
+      dtype: parameter dtype (default float32).  No key: the initialisation is deterministic.
+
+    Field: ``weight`` of shape ``(num_parameters,)`` (PyTorch's name and layout).
+
+    Call: ``prelu(x, *, key=None)``: ``x`` of any shape when ``num_parameters == 1``, else
+    ``(C, ...)`` (ValueError otherwise); the result has the promoted dtype of x and the weight.
+
+    >>> import jax.numpy as jnp
+    >>> PReLU()(jnp.array([-2.0, 3.0])).tolist()
+    [-0.5, 3.0]
+    """
+
+    weight: jax.Array
+    num_parameters: int = field(static=True)
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, dtype: Any = None) -> None:
+        check_size(num_parameters, "num_parameters", "PReLU")
+        if num_parameters == 0:
+            raise ValueError("PReLU: num_parameters must be >= 1")
+        self.weight = jnp.full((num_parameters,), init, default_float_dtype(dtype))
+        self.num_parameters = num_parameters
+
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        x = jnp.asarray(x)
+        dtype = compute_dtype(x.dtype, self.weight.dtype)
+        w = self.weight.astype(dtype)
+        if self.num_parameters == 1:
+            a = w[0]
+        else:
+            if x.ndim < 1 or x.shape[0] != self.num_parameters:
+                raise ValueError(
+                    f"PReLU: with num_parameters={self.num_parameters} the input must have shape "
+                    f"({self.num_parameters}, ...) (channels first, one example), got {x.shape}"
+                )
+            a = w.reshape((-1,) + (1,) * (x.ndim - 1))
+        x = x.astype(dtype)
+        return jnp.where(x >= 0, x, a * x)

@@ -1,4 +1,4 @@
-"""LayerNorm and RMSNorm."""
+"""LayerNorm, RMSNorm and GroupNorm."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from .._module import Module, field
-from ._common import check_shape, default_float_dtype
+from ._common import check_shape, check_size, compute_dtype, default_float_dtype
 
 
 def _as_shape(shape: Any, layer: str) -> tuple[int, ...]:
@@ -121,3 +122,68 @@ class RMSNorm(Module):
         xf = x.astype(_compute_dtype(x))
         out = xf * jax.lax.rsqrt(jnp.mean(xf * xf) + self.eps)
         return _scale_shift(out, x, self.weight, self.bias)
+
+
+class GroupNorm(Module):
+    """Group normalisation (Wu & He, 2018) of one example ``(C, *spatial)``, as
+    ``torch.nn.GroupNorm``: the channels are split into ``num_groups`` consecutive groups, each
+    normalised by its own mean and biased variance over its channels and all spatial axes, then
+    scaled and shifted per channel.
+
+    Args:
+      num_groups: number of groups (must divide ``num_channels``; ValueError otherwise).
+      num_channels: ``C``, axis 0 of an example.
+      eps: added to the variance (default 1e-5).
+      affine: learnable per-channel ``weight`` (init ones) and ``bias`` (init zeros) of shape
+        ``(C,)``; None when False.
+      dtype: parameter dtype (default float32).  No key: the initialisation is deterministic.
+
+    Call: ``gn(x, *, key=None)`` with ``x`` of shape ``(C, ...)``; statistics in at least
+    float32; the result has the promoted dtype of x and the parameters (cast explicitly, so it
+    runs under ``jax_numpy_dtype_promotion='strict'``).  Raises ValueError for a wrong channel
+    count.  Same statistics in training and inference (no running state).
+
+    >>> import jax.numpy as jnp
+    >>> y = GroupNorm(1, 2)(jnp.array([[0.0, 2.0], [4.0, 6.0]]))
+    >>> [[round(v, 3) for v in row] for row in y.tolist()]
+    [[-1.342, -0.447], [0.447, 1.342]]
+    """
+
+    weight: jax.Array | None
+    bias: jax.Array | None
+    num_groups: int = field(static=True)
+    num_channels: int = field(static=True)
+    eps: float = field(static=True)
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, dtype: Any = None) -> None:
+        check_size(num_groups, "num_groups", "GroupNorm")
+        check_size(num_channels, "num_channels", "GroupNorm")
+        if num_groups == 0 or num_channels % num_groups:
+            raise ValueError(f"GroupNorm: num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
+        dtype = default_float_dtype(dtype)
+        self.weight = jnp.ones((num_channels,), dtype) if affine else None
+        self.bias = jnp.zeros((num_channels,), dtype) if affine else None
+        self.num_groups = num_groups
+        self.num_channels = num_channels
+        self.eps = float(eps)
+
+    def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        x = jnp.asarray(x)
+        if x.ndim < 1 or x.shape[0] != self.num_channels:
+            raise ValueError(
+                f"GroupNorm: expected one example of shape ({self.num_channels}, ...) (channels "
+                f"first; use jax.vmap for a batch), got shape {x.shape}"
+            )
+        params = [p for p in (self.weight, self.bias) if p is not None]
+        ctype = compute_dtype(x.dtype, jnp.float32, *(p.dtype for p in params))
+        xg = x.astype(ctype).reshape((self.num_groups, -1))
+        mean = jnp.mean(xg, axis=1, keepdims=True)
+        centred = xg - mean
+        var = jnp.mean(centred * centred, axis=1, keepdims=True)
+        y = (centred * lax.rsqrt(var + self.eps)).reshape(x.shape)
+        shape = (-1,) + (1,) * (x.ndim - 1)
+        if self.weight is not None:
+            y = y * self.weight.astype(ctype).reshape(shape)
+        if self.bias is not None:
+            y = y + self.bias.astype(ctype).reshape(shape)
+        return y.astype(compute_dtype(x.dtype, *(p.dtype for p in params)))
