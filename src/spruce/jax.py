@@ -6,9 +6,8 @@ and treat the array leaves (``spruce.is_array``: JAX and NumPy arrays) as traced
 differentiated values and everything else as static.  Semantics follow Equinox's functions of
 the same names.
 
-Importing this module also registers every ``spruce.Module`` class created so far with
-``jax.tree_util`` (normally already done by the import hook described in
-``spruce/_module/_jax_hook.py``).
+Importing this module also connects spruce's pytree registry with ``jax.tree_util`` (normally
+already done by the import hook described in ``spruce/_jax_bridge.py``).
 """
 
 from __future__ import annotations
@@ -22,11 +21,11 @@ import jax
 
 from . import tree as _tree
 from ._filters import combine, partition
-from ._module import _jax_hook
+from . import _jax_bridge
 from ._module._arrays import is_array, is_inexact_array
 from ._module._module import _ModuleAux, _ModuleMeta
 
-_jax_hook.flush()
+_jax_bridge.connect()
 
 __all__ = ["filter_grad", "filter_jit", "filter_value_and_grad", "filter_vmap"]
 

@@ -411,6 +411,15 @@ LEAF_TYPES: Final[set[type]] = set()
 _version: list[int] = [0]
 
 LEAF_INFO: Final = NodeInfo(object, LEAF)
+
+# Hooks for spruce's JAX bridge (``spruce/_jax_bridge.py``, not compiled), so that the engine
+# itself never imports JAX.  Each is a one-item list holding a function or None:
+# - FOREIGN_LOOKUP[0](t) -> NodeInfo | None: how another registry (jax.tree_util) flattens a type
+#   that spruce does not know; asked once per type (the answer is cached like any other), after
+#   the built-in kinds, before the namedtuple / struct sequence checks.
+# - ON_REGISTER[0](t): called after every registration made through spruce (outside the lock).
+FOREIGN_LOOKUP: Final[list[Callable[[type], NodeInfo | None] | None]] = [None]
+ON_REGISTER: Final[list[Callable[[type], None] | None]] = [None]
 _BUILTIN_NODE_TYPES: Final = (tuple, list, dict, type(None), OrderedDict, defaultdict, deque)
 
 
@@ -445,6 +454,11 @@ def _classify(t: type) -> NodeInfo:
         return NodeInfo(t, DICT)
     if t is type(None):
         return NodeInfo(t, NONE)
+    find = FOREIGN_LOOKUP[0]
+    if find is not None:
+        found = find(t)
+        if found is not None:
+            return found
     if _is_structseq_type(t):
         return NodeInfo(t, STRUCTSEQ)
     if _is_namedtuple_type(t):
@@ -485,6 +499,28 @@ def _register(info: NodeInfo) -> None:
         _cache.clear()
         LEAF_TYPES.clear()
         _version[0] += 1
+    hook = ON_REGISTER[0]
+    if hook is not None:
+        hook(t)
+
+
+def invalidate() -> None:
+    """Forget every cached classification (another registry learned a type)."""
+    with _lock:
+        _cache.clear()
+        LEAF_TYPES.clear()
+        _version[0] += 1
+
+
+def registered(t: type) -> NodeInfo | None:
+    """The current registration of ``t`` made through spruce, or None."""
+    return _registry.get(t)
+
+
+def registered_types() -> list[type]:
+    """The types registered through spruce now (a snapshot)."""
+    with _lock:
+        return list(_registry)
 
 
 def unregister(nodetype: type) -> type:

@@ -22,7 +22,7 @@ from jax.nn import softplus as softplus
 from jax.nn import swish as swish
 from jax.numpy import tanh as tanh
 
-from .._module import _jax_hook
+from .. import _jax_bridge
 from ._attention import MultiheadAttention as MultiheadAttention
 from ._linear import MLP as MLP
 from ._linear import Identity as Identity
@@ -35,8 +35,8 @@ from ._misc import Embedding as Embedding
 from ._norm import LayerNorm as LayerNorm
 from ._norm import RMSNorm as RMSNorm
 
-# Module classes created before JAX was imported (normally already done by the import hook).
-_jax_hook.flush()
+# spruce's registry and jax.tree_util's (normally already connected by the import hook).
+_jax_bridge.connect()
 
 __all__ = [
     "MLP",
