@@ -527,7 +527,9 @@ def unregister(nodetype: type) -> type:
     """Remove the registration of ``nodetype`` (made by any ``register_*`` function).
 
     Afterwards its instances are leaves again.  PyTreeDefs built before keep working (they hold
-    the old registration).  Returns ``nodetype``.
+    the old registration).  Returns ``nodetype``.  jax.tree_util cannot forget a registration:
+    once JAX has been imported, it keeps treating ``nodetype`` as a node and raises a TypeError
+    when asked to flatten one, until ``nodetype`` is registered with spruce again.
 
     Raises:
       ValueError: ``nodetype`` is a built-in node type or not registered.
