@@ -80,6 +80,17 @@ def run(repeat: int, number: int) -> list[tuple[str, float, float]]:
     return rows
 
 
+def note(rows: list[tuple[str, float, float]], compiled: bool) -> str:
+    """One line for the benchmark report: spruce/jax per operation."""
+    ratios = ", ".join(f"{name} {s / j:.2f}" for name, s, j in rows)
+    build = "compiled" if compiled else "UNCOMPILED"
+    return (
+        f"Nodes registered only with JAX ({N_LAYERS} `jax.tree_util.register_dataclass` dataclasses in a list, "
+        f"{2 * N_LAYERS + 1} leaves; spruce, {build}, finds them through its JAX bridge): spruce time / jax time, "
+        f"minimum over rounds (`benchmarks/bench_bridge.py`): {ratios}."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=30)
