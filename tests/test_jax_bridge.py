@@ -362,6 +362,27 @@ def test_equinox_modules_seen_by_spruce() -> None:
     np.testing.assert_allclose(doubled(jnp.ones(2)), jax.tree_util.tree_map(lambda x: x * 2 if eqx.is_array(x) else x, mlp)(jnp.ones(2)), rtol=1e-6)
 
 
+def test_jax_dataclass_with_dropped_and_init_false_fields() -> None:
+    @dataclasses.dataclass
+    class Cached:
+        a: Any
+        b: Any
+        scale: float = dataclasses.field(default=1.0, metadata={"static": True})
+        total: Any = dataclasses.field(init=False, default=None)
+
+        def __post_init__(self) -> None:
+            self.total = ("sum", self.scale)
+
+    jtu.register_dataclass(Cached, data_fields=["a", "b"], meta_fields=["scale"], drop_fields=["total"])
+    c = Cached(1.0, [2.0], scale=3.0)
+    assert_same_view(c, [".a", ".b[0]"], "PyTreeDef(CustomNode(Cached[(3.0,)], [*, [*]]))")
+    ours, theirs = st.map(lambda x: x * 2, c), jtu.tree_map(lambda x: x * 2, c)
+    assert ours == theirs == Cached(2.0, [4.0], scale=3.0)
+    assert ours.total == theirs.total == ("sum", 3.0)  # rebuilt through __init__, as JAX does
+    leaves, treedef = st.flatten(c)
+    assert treedef.unflatten([5.0, 6.0]) == Cached(5.0, [6.0], scale=3.0)
+
+
 def test_late_jax_registration_is_noticed() -> None:
     class Late:
         def __init__(self, a: Any) -> None:

@@ -42,7 +42,7 @@ from types import ModuleType
 from typing import Any, Callable, Sequence
 
 from ._tree import _keys, _registry
-from ._tree._registry import CUSTOM, MODE_FUNCS, NodeInfo, qualified_name
+from ._tree._registry import CUSTOM, MODE_DATACLASS_INIT, MODE_FUNCS, NodeInfo, qualified_name
 
 _lock = threading.RLock()
 _connected: list[bool] = [False]
@@ -171,6 +171,9 @@ def _from_jax(t: type) -> NodeInfo | None:
     entry = _jax["entries"].get(t)
     if entry is None and _is_namedtuple_type(t):
         return None  # JAX's built-in namedtuple handling: spruce has the same
+    fields = _dataclass_fields(t, entry)
+    if fields is not None:  # read and rebuilt as JAX does, by spruce's own (compiled) loops
+        return NodeInfo(t, CUSTOM, MODE_DATACLASS_INIT, data_fields=fields[0], meta_fields=fields[1])
     native = _keys.native_key
     flatten_keys = reg.flatten_one_level_with_keys
 
@@ -183,6 +186,31 @@ def _from_jax(t: type) -> NodeInfo | None:
     else:
         unflatten = _rebuild_through_treedef(t)
     return NodeInfo(t, CUSTOM, MODE_FUNCS, reg.flatten_one_level, unflatten, flatten_with_keys)
+
+
+def _dataclass_fields(t: type, entry: Any) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """``(data_fields, meta_fields)`` when ``entry`` is jax.tree_util.register_dataclass's
+    registration of ``t`` (its unflatten function closes over them), else None.
+
+    JAX flattens such a class in C++ by reading those attributes, and rebuilds it with
+    ``t(**fields)``; spruce then does the same in its compiled loops instead of calling JAX's
+    functions node by node.  Anything unexpected (another JAX layout) gives None: the generic
+    path, through JAX's own functions.
+    """
+    fn: Any = getattr(entry, "from_iter", None)
+    code = getattr(fn, "__code__", None)
+    if code is None or getattr(fn, "__qualname__", "") != "register_dataclass.<locals>.unflatten_func":
+        return None
+    try:
+        cells = {name: cell.cell_contents for name, cell in zip(code.co_freevars, fn.__closure__ or ())}
+    except ValueError:  # an empty cell
+        return None
+    data, meta = cells.get("data_fields"), cells.get("meta_fields")
+    if cells.get("nodetype") is not t or type(data) is not tuple or type(meta) is not tuple:
+        return None
+    if not all(type(n) is str for n in data + meta):
+        return None
+    return data, meta
 
 
 def _rebuild_through_treedef(t: type) -> Callable[[Any, Any], Any]:

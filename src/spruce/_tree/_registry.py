@@ -57,6 +57,9 @@ MODE_FUNCS: Final = 0  # user flatten / unflatten (and optional flatten_with_key
 MODE_KEYS: Final = 1  # user flatten_with_keys only; plain flatten derived from it
 MODE_DATACLASS: Final = 2  # register_dataclass: attributes read and set directly
 MODE_STATIC: Final = 3  # register_static: no children, the object itself is the node data
+# jax.tree_util.register_dataclass (seen through spruce's JAX bridge): flattened as
+# MODE_DATACLASS, rebuilt as JAX rebuilds it, ``nodetype(**fields)`` (so ``__init__`` runs).
+MODE_DATACLASS_INIT: Final = 4
 
 
 class NodeInfo:
@@ -105,7 +108,7 @@ class NodeInfo:
     def flatten_node(self, x: Any) -> tuple[list[Any], Any]:
         """``(children, aux_data)`` of a CUSTOM node."""
         mode = self.mode
-        if mode == MODE_DATACLASS:
+        if mode == MODE_DATACLASS or mode == MODE_DATACLASS_INIT:
             children = [getattr(x, f) for f in self.data_fields]
             mf = self.meta_fields
             if not mf:
@@ -126,7 +129,7 @@ class NodeInfo:
     def flatten_node_with_keys(self, x: Any) -> tuple[list[Any], list[Any], Any]:
         """``(children, keys, aux_data)`` of a CUSTOM node."""
         mode = self.mode
-        if mode == MODE_DATACLASS:
+        if mode == MODE_DATACLASS or mode == MODE_DATACLASS_INIT:
             children, meta = self.flatten_node(x)
             return children, self.data_keys, meta
         if self.flatten_with_keys is None:
@@ -187,6 +190,16 @@ class NodeInfo:
             return obj
         if mode == MODE_STATIC:
             return aux
+        if mode == MODE_DATACLASS_INIT:
+            kwargs: dict[str, Any] = {}
+            fields = self.data_fields
+            for i in range(len(fields)):
+                kwargs[fields[i]] = children[i]
+            metas = self.meta_fields
+            for i in range(len(metas)):
+                kwargs[metas[i]] = aux[i]
+            ctor: Any = self.nodetype
+            return ctor(**kwargs)
         unflatten = self.unflatten
         assert unflatten is not None
         return unflatten(aux, tuple(children))
