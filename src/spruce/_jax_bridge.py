@@ -103,20 +103,35 @@ def _to_jax_key(k: Any) -> Any:
 def _jax_functions(t: type) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
     """``(flatten_with_keys, unflatten, flatten)`` for JAX, deferring to spruce's entry of ``t``."""
     current = _registry.registered
+    # The key list of the last node and its JAX version: a Module or dataclass gives the same
+    # list object for every node (its fixed keys), converted once.  One tuple, replaced whole.
+    last_keys: list[tuple[Any, Any]] = [(None, None)]
 
     def flatten(x: Any) -> Any:
         info = current(t)
         if info is None:
             raise _unregistered(t, "flatten")
+        if info.mode == MODE_FUNCS and info.flatten is not None:
+            return info.flatten(x)  # the registered function itself (JAX checks its result)
         return info.flatten_node(x)
 
     def flatten_with_keys(x: Any) -> Any:
         info = current(t)
         if info is None:
             raise _unregistered(t, "flatten")
-        children, keys, aux = info.flatten_node_with_keys(x)
-        to_jax = _to_jax_key
-        return [(to_jax(k), c) for k, c in zip(keys, children)], aux
+        keys = info.fixed_keys
+        fn = info.flatten
+        if keys is not None and fn is not None and info.flatten_with_keys is None:
+            children, aux = fn(x)  # a Module: its flatten and its fixed keys
+            if len(children) != len(keys):
+                children, keys, aux = info.flatten_node_with_keys(x)  # (raises, naming the class)
+        else:
+            children, keys, aux = info.flatten_node_with_keys(x)
+        seen, jax_keys = last_keys[0]
+        if seen is not keys:
+            jax_keys = [_to_jax_key(k) for k in keys]
+            last_keys[0] = (keys, jax_keys)
+        return list(zip(jax_keys, children)), aux
 
     def unflatten(aux: Any, children: Any) -> Any:
         info = current(t)
