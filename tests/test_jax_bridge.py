@@ -411,7 +411,7 @@ def test_unregistered_spruce_class_is_not_taken_back_from_jax() -> None:
     assert not st.is_tree_node(Gone)
 
 
-def test_no_cost_for_builtin_kinds_and_leaves() -> None:
+def test_leaves_and_namedtuples_stay_spruce_kinds() -> None:
     # a leaf type JAX does not know stays a leaf; arrays stay leaves
     x = jnp.ones(2)
     assert [type(v) for v in st.leaves([x, np.ones(1), "s", 1])] == [type(x), np.ndarray, str, int]
