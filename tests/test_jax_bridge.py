@@ -383,6 +383,22 @@ def test_jax_dataclass_with_dropped_and_init_false_fields() -> None:
     assert treedef.unflatten([5.0, 6.0]) == Cached(5.0, [6.0], scale=3.0)
 
 
+def test_spruce_treedef_of_jax_dataclass_pickles_and_validates() -> None:
+    import pickle
+
+    treedef = st.structure([FlaxLike(1.0, 2.0, features=3)])
+    back = pickle.loads(pickle.dumps(treedef))
+    assert back == treedef and repr(back) == "PyTreeDef([CustomNode(FlaxLike[(3,)], [*, *])])"
+    assert back.unflatten([4.0, 5.0]) == [FlaxLike(4.0, 5.0, features=3)]
+    rebuild, (state,) = treedef.__reduce__()
+    codes = list(state[1])
+    codes[1] = (3 << 4) | (codes[1] & 15)  # the FlaxLike node claims three children
+    codes.insert(2, 0)  # and has a third leaf
+    tampered = (state[0], tuple(codes), *state[2:])
+    with pytest.raises(ValueError, match="FlaxLike has 2 data fields but the node has 3 children"):
+        rebuild(tampered)
+
+
 def test_late_jax_registration_is_noticed() -> None:
     class Late:
         def __init__(self, a: Any) -> None:
