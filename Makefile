@@ -73,7 +73,7 @@ demo: $(VENV)/.demo-deps build-compiled
 examples: $(VENV)/.demo-deps build-compiled
 	for f in examples/seed_pytrees.py examples/nn_dict_params.py examples/nn_namedtuple_params.py \
 	         examples/seed_equinox.py examples/transformer_block_params.py examples/train.py \
-	         examples/sharded_training.py; do \
+	         examples/sharded_training.py examples/mixed_jax_world.py; do \
 	    echo "== $$f"; $(PY) $$f || exit 1; done
 
 typecheck: $(VENV)/.deps

@@ -319,7 +319,9 @@ def discover(src: Path | None) -> tuple[list[Library], list[str]]:
     peer("optree", "optree", "optree", _optree)
     peer("dm-tree", "tree", "dm-tree", _dmtree)
     peer("torch", "torch.utils._pytree", "torch", _torch)
-    for lib in libs:
+    # JAX first: spruce passes its own registrations on to jax.tree_util (its JAX bridge), and
+    # JAX refuses a second registration, so JAX's numbers are for JAX's own registration.
+    for lib in sorted(libs, key=lambda lib: lib.name != "jax"):
         if lib.name != "dm-tree":
             bench_trees.register_nodes("spruce" if lib.is_spruce else lib.name, lib.module)
     return libs, missing

@@ -356,7 +356,7 @@ def markdown(res: Results, chart_name: str | None) -> str:
         "`jax.tree_util.register_dataclass`, `optree.register_pytree_node` (namespace), "
         "`torch.utils._pytree.register_pytree_node` (with `flatten_with_keys_fn`).",
         "- The module tree is made of `spruce.Module` subclasses (Linear, LayerNorm, Block, Model; sizes and `eps` "
-        "are static fields). spruce registers them itself, with jax.tree_util too (the Module layer's import hook); "
+        "are static fields). spruce registers them itself, and with jax.tree_util too (spruce's JAX bridge); "
         "the uncompiled build gets the same node functions Module makes; optree and torch get the same `__dict__` "
         "reads and writes through their registration APIs. Flattening a module runs its (Python) node function "
         "in every library, so this tree times that call as much as the library.",

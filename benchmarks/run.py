@@ -197,6 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         log("memory")
         memory = bench_scaling.run_memory(mem_libs, st.memory_shapes, st.memory_n, log)
 
+    if "jax" in names:
+        log("JAX-registered nodes (bench_bridge)")
+        import bench_bridge
+
+        rows = bench_bridge.run(repeat=5 if args.quick else 30, number=10 if args.quick else 50)
+        notes.append(bench_bridge.note(rows, spruce.__compiled__))
+
     machine["load_end"] = machine_info()["load"]
     machine["minutes"] = f"{(time.monotonic() - t0) / 60:.1f}"
     command = "python benchmarks/run.py" + (" --quick" if args.quick else "")

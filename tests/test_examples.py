@@ -215,6 +215,7 @@ RUNS: dict[str, tuple[str, ...]] = {
     "train": ("train.py",),
     "train_again": ("train.py",),
     "train_sgd": ("train.py", "--optimizer", "sgd", "--steps", "200", "--seed", "3"),
+    "mixed": ("mixed_jax_world.py",),
 }
 
 
@@ -638,6 +639,26 @@ def test_train_with_the_seeds_sgd_step(runs: Any) -> None:
     steps, final, _ = _losses(out)
     assert final < 0.5 * steps[0]
     assert final != _losses(stdout_of(runs, "train"))[1]
+
+
+# ------------------------------------------------------------------- mixed_jax_world.py
+
+
+def test_mixed_world_trains_the_same_through_jax_jit_and_filter_jit(runs: Any) -> None:
+    out = stdout_of(runs, "mixed")
+    lines = out.splitlines()
+    assert lines[0] == "same PyTreeDef in spruce and jax: True"
+    paths = ".embed.weight .embed.bias .hidden.weight .hidden.bias .head.kernel .head.bias"
+    assert lines[1] == "spruce paths: " + paths and lines[2] == "jax paths:    " + paths
+    assert re.search(r"^\(root\)  Model +353 ", out, re.M)  # 48 + 16 + 256 + 16 + 16 + 1 parameters
+    found = dict(re.findall(r"^(jax\.jit|filter_jit) +first loss \d+\.\d+  final loss (\d+\.\d+)$", out, re.M))
+    first = re.search(r"^jax\.jit +first loss (\d+\.\d+)", out, re.M)
+    assert first and set(found) == {"jax.jit", "filter_jit"}
+    for final in found.values():
+        assert float(final) < 0.05 * float(first[1])
+    gap = re.search(r"^largest parameter difference between the two loops: (\S+)$", out, re.M)
+    assert gap and float(gap[1]) < 1e-4
+    assert lines[-1] == "types kept: Linear equinox Head"
 
 
 # ----------------------------------------------------------- examples/_notebook.py

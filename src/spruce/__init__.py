@@ -11,6 +11,7 @@ objects under jax.tree_util's names.  The model layer lives at the top level: ``
 source runs as plain Python (``SPRUCE_PURE=1`` at build time, or running from the source tree).
 """
 
+from . import _jax_bridge
 from . import tree as tree
 from . import tree_util as tree_util
 from ._compare import assert_tree_equal as assert_tree_equal
@@ -29,6 +30,8 @@ from ._summary import SummaryRow as SummaryRow
 from ._summary import summary as summary
 from ._surgery import tree_at as tree_at
 from ._tree import _traverse
+
+_jax_bridge.install()  # registrations reach jax.tree_util when JAX is (or becomes) imported
 
 __compiled__: bool = not _traverse.__file__.endswith(".py")
 __version__ = "0.1.0"

@@ -24,7 +24,6 @@ built).  So ``tree_at(lambda m: m.in_features, linear, 5)`` works, as in Equinox
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable, Iterator
 
 from . import tree as _tree
@@ -183,15 +182,6 @@ def _node_unflatten(treedef: Any, children: Any) -> Any:
 # A place of a node flattens (in spruce.tree, and in jax.tree_util once JAX is imported) as the
 # node it stands for, so `where=lambda m: spruce.tree.leaves(m)` selects every leaf.
 _tree.register_pytree_with_keys(_Node, _node_flatten_with_keys, _node_unflatten, _node_flatten)
-_in_jax: list[bool] = [False]
-
-
-def _register_in_jax() -> None:
-    jtu = sys.modules.get("jax.tree_util")
-    if jtu is None or _in_jax[0]:
-        return
-    _in_jax[0] = True
-    jtu.register_pytree_node(_Node, _node_flatten, _node_unflatten)
 
 
 def tree_at(
@@ -249,7 +239,6 @@ def tree_at(
         raise ValueError("tree_at: pass exactly one of replace=... and replace_fn=...")
     if not callable(where):
         raise TypeError(f"tree_at: where must be a function tree -> node(s), got {type(where).__name__}")
-    _register_in_jax()
 
     try:
         places, single = _select(where, tree, is_leaf, static_places=False)

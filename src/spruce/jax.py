@@ -7,9 +7,9 @@ differentiated values and everything else as static.  Semantics follow Equinox's
 the same names.  ``ravel_pytree`` is jax.flatten_util's, over spruce pytrees.
 
 This module only re-exports: each transform lives in its own module (``_jit.py``,
-``_grad.py``, ``_vmap.py``, ``_ravel.py``).  Importing it also registers every
-``spruce.Module`` class created so far with ``jax.tree_util`` (normally already done by the
-import hook described in ``spruce/_module/_jax_hook.py``).
+``_grad.py``, ``_vmap.py``, ``_ravel.py``).  Importing it also connects spruce's pytree
+registry with ``jax.tree_util`` (normally already done by the
+import hook described in ``spruce/_jax_bridge.py``).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from __future__ import annotations
 from ._grad import filter_grad as filter_grad
 from ._grad import filter_value_and_grad as filter_value_and_grad
 from ._jit import filter_jit as filter_jit
-from ._module import _jax_hook
+from . import _jax_bridge
 from ._ravel import ravel_pytree as ravel_pytree
 from ._vmap import filter_vmap as filter_vmap
 
-_jax_hook.flush()
+_jax_bridge.connect()
 
 __all__ = ["filter_grad", "filter_jit", "filter_value_and_grad", "filter_vmap", "ravel_pytree"]

@@ -1,16 +1,13 @@
 """The model layer: ``Module``, ``field``, the pretty printer and array predicates.
 
 Plain Python (not compiled by mypyc: it needs a metaclass and dataclasses), built only on the
-public functions of ``spruce.tree``.  JAX is never imported here; see ``_jax_hook`` for how
-Module classes reach ``jax.tree_util``.
+public functions of ``spruce.tree``.  JAX is never imported here; Module classes reach
+``jax.tree_util`` as every spruce registration does (see ``spruce/_jax_bridge.py``).
 """
 
-from . import _jax_hook
 from ._arrays import is_array as is_array
 from ._arrays import is_array_like as is_array_like
 from ._arrays import is_inexact_array as is_inexact_array
 from ._field import field as field
 from ._module import Module as Module
 from ._pretty import pformat as pformat
-
-_jax_hook.install()

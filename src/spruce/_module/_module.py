@@ -9,7 +9,6 @@ from typing import Any, Callable, dataclass_transform
 
 from .. import tree as _tree
 from .._tree._registry import register_with_fixed_keys as _register_with_fixed_keys
-from . import _jax_hook
 from ._arrays import array_summary, is_array
 from ._field import CONVERTER, STATIC, field
 from ._pretty import pformat
@@ -157,8 +156,7 @@ class _ModuleMeta(abc.ABCMeta):
         info = _Fields(cls)
         cls._spruce_fields = info
         flatten, unflatten, keys = _make_node_functions(cls, info)
-        _register_with_fixed_keys(cls, flatten, unflatten, keys)
-        _jax_hook.register(cls, info.dynamic, flatten, unflatten)
+        _register_with_fixed_keys(cls, flatten, unflatten, keys)  # and with JAX: _jax_bridge
         return cls
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -215,7 +213,7 @@ class Module(metaclass=_ModuleMeta):
     ``CustomNode(Linear[('weight', 'bias'), ('in_features', 'out_features', 'use_bias'), (3, 2, True)], [*, *])``.
     Rebuilding from leaves (unflatten) never runs ``__init__``, converters or
     ``__check_init__``.  Every subclass is registered with ``spruce.tree`` when it is created
-    and with ``jax.tree_util`` as soon as JAX is imported (see ``_module/_jax_hook.py``), so
+    and with ``jax.tree_util`` as soon as JAX is imported (see ``spruce/_jax_bridge.py``), so
     ``jax.jit``, ``jax.grad`` and ``jax.vmap`` accept modules; ``import spruce`` never imports
     JAX.
 

@@ -2,12 +2,29 @@
 
 A key path is a tuple of key entries, one per level from the root to a leaf.  The entry classes
 follow jax.tree_util's (same names, fields, ``str`` and ``repr``), so paths print the same way.
+
+Each entry also compares and hashes equal to JAX's entry of the same kind and field
+(``DictKey('a') == jax.tree_util.DictKey('a')``), so paths from either library can be mixed:
+the hashes are JAX's (the field's hash; an index plus a per-class salt), and JAX's classes are
+recognised through ``JAX_KEY_KINDS``, which spruce's JAX bridge fills when JAX is imported (the
+engine never imports JAX).
 """
 
 from __future__ import annotations
 
 import threading
 from typing import Any, Final
+
+# Entry kinds, and JAX's entry classes by kind (filled by spruce's JAX bridge; empty without JAX).
+DICT_ENTRY: Final = 1
+SEQUENCE_ENTRY: Final = 2
+ATTR_ENTRY: Final = 3
+FLAT_INDEX_ENTRY: Final = 4
+JAX_KEY_KINDS: Final[dict[type, int]] = {}
+# JAX hashes an index entry as ``index + salt`` (SequenceKey 1, FlattenedIndexKey 42): the same
+# values here keep a spruce entry and a JAX entry in one dict slot.
+_SEQUENCE_SALT: Final = 1
+_FLAT_INDEX_SALT: Final = 42
 
 
 class DictKey:
@@ -35,10 +52,12 @@ class DictKey:
         return f"DictKey(key={self.key!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, DictKey) and bool(self.key == other.key)
+        if isinstance(other, DictKey) or JAX_KEY_KINDS.get(type(other)) == DICT_ENTRY:
+            return bool(self.key == other.key)  # type: ignore[attr-defined]  # a DictKey of either library
+        return False
 
     def __hash__(self) -> int:
-        return hash((DictKey, self.key))
+        return hash(self.key)
 
     def __reduce__(self) -> Any:
         return (DictKey, (self.key,))
@@ -68,10 +87,12 @@ class SequenceKey:
         return f"SequenceKey(idx={self.idx!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, SequenceKey) and self.idx == other.idx
+        if isinstance(other, SequenceKey) or JAX_KEY_KINDS.get(type(other)) == SEQUENCE_ENTRY:
+            return bool(self.idx == other.idx)  # type: ignore[attr-defined]  # of either library
+        return False
 
     def __hash__(self) -> int:
-        return hash((SequenceKey, self.idx))
+        return hash(self.idx + _SEQUENCE_SALT)
 
     def __reduce__(self) -> Any:
         return (SequenceKey, (self.idx,))
@@ -102,10 +123,12 @@ class GetAttrKey:
         return f"GetAttrKey(name={self.name!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, GetAttrKey) and self.name == other.name
+        if isinstance(other, GetAttrKey) or JAX_KEY_KINDS.get(type(other)) == ATTR_ENTRY:
+            return bool(self.name == other.name)  # type: ignore[attr-defined]  # of either library
+        return False
 
     def __hash__(self) -> int:
-        return hash((GetAttrKey, self.name))
+        return hash(self.name)
 
     def __reduce__(self) -> Any:
         return (GetAttrKey, (self.name,))
@@ -136,10 +159,12 @@ class FlattenedIndexKey:
         return f"FlattenedIndexKey(key={self.key!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, FlattenedIndexKey) and self.key == other.key
+        if isinstance(other, FlattenedIndexKey) or JAX_KEY_KINDS.get(type(other)) == FLAT_INDEX_ENTRY:
+            return bool(self.key == other.key)  # type: ignore[attr-defined]  # of either library
+        return False
 
     def __hash__(self) -> int:
-        return hash((FlattenedIndexKey, self.key))
+        return hash(self.key + _FLAT_INDEX_SALT)
 
     def __reduce__(self) -> Any:
         return (FlattenedIndexKey, (self.key,))
@@ -200,7 +225,27 @@ def flat_index_keys(n: int) -> list[Any]:
     return FLAT_INDEX_KEYS + [FlattenedIndexKey(i) for i in range(_NUM_CACHED, n)]
 
 
+def native_key(entry: Any) -> Any:
+    """``entry`` as spruce's entry class when it is one of JAX's (DictKey, SequenceKey,
+    GetAttrKey, FlattenedIndexKey), else ``entry`` itself."""
+    kind = JAX_KEY_KINDS.get(type(entry))
+    if kind is None:
+        return entry
+    if kind == DICT_ENTRY:
+        k = entry.key
+        if type(k) is str:
+            return dict_keys([k])[0]
+        return DictKey(k)
+    if kind == SEQUENCE_ENTRY:
+        i = entry.idx
+        return SEQUENCE_KEYS[i] if 0 <= i < len(SEQUENCE_KEYS) else SequenceKey(i)
+    if kind == ATTR_ENTRY:
+        return GetAttrKey(entry.name)
+    return FlattenedIndexKey(entry.key)
+
+
 def _simple(entry: Any) -> str:
+    entry = native_key(entry)
     if isinstance(entry, DictKey):
         return str(entry.key)
     if isinstance(entry, SequenceKey):

@@ -58,6 +58,9 @@ MODE_FUNCS: Final = 0  # user flatten / unflatten (and optional flatten_with_key
 MODE_KEYS: Final = 1  # user flatten_with_keys only; plain flatten derived from it
 MODE_DATACLASS: Final = 2  # register_dataclass: attributes read and set directly
 MODE_STATIC: Final = 3  # register_static: no children, the object itself is the node data
+# jax.tree_util.register_dataclass (seen through spruce's JAX bridge): flattened as
+# MODE_DATACLASS, rebuilt as JAX rebuilds it, ``nodetype(**fields)`` (so ``__init__`` runs).
+MODE_DATACLASS_INIT: Final = 4
 
 
 class NodeInfo:
@@ -106,7 +109,7 @@ class NodeInfo:
     def flatten_node(self, x: Any) -> tuple[list[Any], Any]:
         """``(children, aux_data)`` of a CUSTOM node."""
         mode = self.mode
-        if mode == MODE_DATACLASS:
+        if mode == MODE_DATACLASS or mode == MODE_DATACLASS_INIT:
             children = [getattr(x, f) for f in self.data_fields]
             mf = self.meta_fields
             if not mf:
@@ -127,7 +130,7 @@ class NodeInfo:
     def flatten_node_with_keys(self, x: Any) -> tuple[list[Any], list[Any], Any]:
         """``(children, keys, aux_data)`` of a CUSTOM node."""
         mode = self.mode
-        if mode == MODE_DATACLASS:
+        if mode == MODE_DATACLASS or mode == MODE_DATACLASS_INIT:
             children, meta = self.flatten_node(x)
             return children, self.data_keys, meta
         if self.flatten_with_keys is None:
@@ -188,6 +191,16 @@ class NodeInfo:
             return obj
         if mode == MODE_STATIC:
             return aux
+        if mode == MODE_DATACLASS_INIT:
+            kwargs: dict[str, Any] = {}
+            fields = self.data_fields
+            for i in range(len(fields)):
+                kwargs[fields[i]] = children[i]
+            metas = self.meta_fields
+            for i in range(len(metas)):
+                kwargs[metas[i]] = aux[i]
+            ctor: Any = self.nodetype
+            return ctor(**kwargs)
         unflatten = self.unflatten
         assert unflatten is not None
         return unflatten(aux, tuple(children))
@@ -412,6 +425,15 @@ LEAF_TYPES: Final[set[type]] = set()
 _version: list[int] = [0]
 
 LEAF_INFO: Final = NodeInfo(object, LEAF)
+
+# Hooks for spruce's JAX bridge (``spruce/_jax_bridge.py``, not compiled), so that the engine
+# itself never imports JAX.  Each is a one-item list holding a function or None:
+# - FOREIGN_LOOKUP[0](t) -> NodeInfo | None: how another registry (jax.tree_util) flattens a type
+#   that spruce does not know; asked once per type (the answer is cached like any other), after
+#   the built-in kinds, before the namedtuple / struct sequence checks.
+# - ON_REGISTER[0](t): called after every registration made through spruce (outside the lock).
+FOREIGN_LOOKUP: Final[list[Callable[[type], NodeInfo | None] | None]] = [None]
+ON_REGISTER: Final[list[Callable[[type], None] | None]] = [None]
 _BUILTIN_NODE_TYPES: Final = (tuple, list, dict, type(None), OrderedDict, defaultdict, deque)
 
 
@@ -446,6 +468,11 @@ def _classify(t: type) -> NodeInfo:
         return NodeInfo(t, DICT)
     if t is type(None):
         return NodeInfo(t, NONE)
+    find = FOREIGN_LOOKUP[0]
+    if find is not None:
+        found = find(t)
+        if found is not None:
+            return found
     if _is_structseq_type(t):
         return NodeInfo(t, STRUCTSEQ)
     if _is_namedtuple_type(t):
@@ -486,13 +513,37 @@ def _register(info: NodeInfo) -> None:
         _cache.clear()
         LEAF_TYPES.clear()
         _version[0] += 1
+    hook = ON_REGISTER[0]
+    if hook is not None:
+        hook(t)
+
+
+def invalidate() -> None:
+    """Forget every cached classification (another registry learned a type)."""
+    with _lock:
+        _cache.clear()
+        LEAF_TYPES.clear()
+        _version[0] += 1
+
+
+def registered(t: type) -> NodeInfo | None:
+    """The current registration of ``t`` made through spruce, or None."""
+    return _registry.get(t)
+
+
+def registered_types() -> list[type]:
+    """The types registered through spruce now (a snapshot)."""
+    with _lock:
+        return list(_registry)
 
 
 def unregister(nodetype: type) -> type:
     """Remove the registration of ``nodetype`` (made by any ``register_*`` function).
 
     Afterwards its instances are leaves again.  PyTreeDefs built before keep working (they hold
-    the old registration).  Returns ``nodetype``.
+    the old registration).  Returns ``nodetype``.  jax.tree_util cannot forget a registration:
+    once JAX has been imported, it keeps treating ``nodetype`` as a node and raises a TypeError
+    when asked to flatten one, until ``nodetype`` is registered with spruce again.
 
     Raises:
       ValueError: ``nodetype`` is a built-in node type or not registered.

@@ -31,6 +31,7 @@ from ._registry import (
     STRUCTSEQ,
     TUPLE,
     MODE_DATACLASS,
+    MODE_DATACLASS_INIT,
     MODE_STATIC,
     CustomData,
     DictData,
@@ -732,7 +733,7 @@ def _decode(kind: int, arity: int, d: Any) -> Any:
     if info.kind != CUSTOM:
         raise _bad(f"{d[1].__name__} is not registered as a pytree node (register it before unpickling)")
     aux = d[2]
-    if info.mode == MODE_DATACLASS:
+    if info.mode == MODE_DATACLASS or info.mode == MODE_DATACLASS_INIT:
         if arity != len(info.data_fields):
             raise _bad(f"{d[1].__name__} has {len(info.data_fields)} data fields but the node has {arity} children")
         if not isinstance(aux, tuple) or len(aux) != len(info.meta_fields):

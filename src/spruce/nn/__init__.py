@@ -42,7 +42,7 @@ from jax.nn import softplus as softplus
 from jax.nn import swish as swish
 from jax.numpy import tanh as tanh
 
-from .._module import _jax_hook
+from .. import _jax_bridge
 from ._attention import MultiheadAttention as MultiheadAttention
 from ._batchnorm import BatchNorm as BatchNorm
 from ._conv import Conv1d as Conv1d
@@ -84,8 +84,8 @@ from ._state import inference_mode as inference_mode
 from ._state import make_with_state as make_with_state
 from ._state import update_state as update_state
 
-# Module classes created before JAX was imported (normally already done by the import hook).
-_jax_hook.flush()
+# spruce's registry and jax.tree_util's (normally already connected by the import hook).
+_jax_bridge.connect()
 
 __all__ = [
     "MLP",
