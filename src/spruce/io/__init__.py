@@ -12,7 +12,9 @@ nests by its dotted names (``unflatten_names``).
   ``strict=False``
 - ``read_header(path)`` -> ``{name: TensorInfo(dtype, shape, size, nbytes)}``, no data read
 - ``read_metadata(path)`` -> the file's str -> str metadata
-- ``flatten_names(tree, *, sep='.')`` / ``unflatten_names(flat, *, sep='.')``
+- ``read_info(path)`` -> ``CheckpointInfo(format, tensors, metadata)``, both from one read
+- ``flatten_names(tree, *, sep='.')`` / ``unflatten_names(flat, *, sep='.')``;
+  ``path_name(key_path, sep='.')``, the dotted name of one key path
 - ``CheckpointError`` (unreadable / corrupted / unrebuildable file) and ``MismatchError``
   (the file does not fit ``like``), both ValueErrors.
 
@@ -33,25 +35,31 @@ rules for non-array leaves — is documented in docs/io.md.
 7
 """
 
+from ._api import CheckpointInfo as CheckpointInfo
 from ._api import LoadResult as LoadResult
 from ._api import TensorInfo as TensorInfo
 from ._api import load as load
 from ._api import read_header as read_header
+from ._api import read_info as read_info
 from ._api import read_metadata as read_metadata
 from ._api import save as save
 from ._errors import CheckpointError as CheckpointError
 from ._errors import MismatchError as MismatchError
 from ._names import flatten_names as flatten_names
+from ._names import path_name as path_name
 from ._names import unflatten_names as unflatten_names
 
 __all__ = [
     "CheckpointError",
+    "CheckpointInfo",
     "LoadResult",
     "MismatchError",
     "TensorInfo",
     "flatten_names",
     "load",
+    "path_name",
     "read_header",
+    "read_info",
     "read_metadata",
     "save",
     "unflatten_names",
