@@ -126,7 +126,7 @@ def _rows(model: Model, stats: bool) -> str:
             continue
         first = model.nodes[index]
         keys, n = _chain(model, first)
-        label = ".".join(k for k in keys if k) if index else "(root)"
+        label = ".".join(k for k in keys if k) or "(root)"
         if n.kind != NODE or not n.children:
             out.append(_row(model, n, label, depth, total, stats, "div"))
             continue

@@ -10,8 +10,7 @@ from ._model import ARRAY, NODE, SHARED, Model, Node
 from ._style import PALETTE, dtype_colour, esc
 
 _CONTAINERS = frozenset({"dict", "list", "tuple", "OrderedDict", "defaultdict", "deque", "NoneType", "tensor"})
-_HEAD = 15  # px of a group's label strip
-_PAD = 2  # px between a group's frame and its children
+MAX_LEVELS = 64  # nested levels drawn; deeper subtrees are drawn as one rectangle
 _CHAR = 6.4  # px per character of an 11 px label (estimate)
 _LEGEND = 26
 
@@ -71,23 +70,26 @@ def _worst(largest: float, smallest: float, s: float, short: float) -> float:
     return max(w2 * largest / s2, s2 / (w2 * smallest))
 
 
-def _group(model: Model, n: Node, color_by: str) -> str:
-    """What colours a leaf: its dtype, or the type of the nearest ancestor that is not a plain
-    container (a Module class), else the name of its parent (a module in a state dict)."""
-    if color_by == "dtype":
-        return n.dtype or n.type_name
-    i = n.parent
-    while i >= 0:
-        p = model.nodes[i]
-        if p.type_name not in _CONTAINERS:
-            return p.type_name
-        i = p.parent
-    if n.parent > 0:
-        parent = model.nodes[n.parent]
-        if parent.key.isdigit() and parent.parent > 0:
-            return model.nodes[parent.parent].key
-        return parent.key
-    return n.type_name
+def _groups(model: Model, color_by: str) -> list[str]:
+    """What colours each node's leaves: its dtype, or the type of the nearest enclosing node
+    that is not a plain container (a Module class), else the name of its parent (a module in a
+    state dict; a list index is skipped: ``layer.0.query`` gives ``query``)."""
+    typed = [""] * len(model.nodes)  # nearest enclosing non-container type, pre-order
+    out = [""] * len(model.nodes)
+    for n in model.nodes:
+        if n.parent < 0:
+            continue
+        p = model.nodes[n.parent]
+        typed[n.index] = typed[p.index] if p.type_name in _CONTAINERS else p.type_name
+        if color_by == "dtype":
+            out[n.index] = n.dtype or n.type_name
+        elif typed[n.index]:
+            out[n.index] = typed[n.index]
+        elif p.key.isdigit() and p.parent > 0:
+            out[n.index] = model.nodes[p.parent].key
+        else:
+            out[n.index] = p.key or n.type_name
+    return out
 
 
 def _fitting(label: str, nbytes: int, w: float) -> str:
@@ -96,6 +98,10 @@ def _fitting(label: str, nbytes: int, w: float) -> str:
         if text and len(text) * _CHAR + 6 <= w:
             return text
     return ""
+
+
+def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
 def _ink(fill: str) -> str:
@@ -115,8 +121,10 @@ def treemap(tree: Any, *, width: int = 960, height: int = 600,
     (``query``, ``LayerNorm``, ``word_embeddings``) — or ``'dtype'``; a legend on top names the
     colours.  Labels (the dotted key and the size) are drawn where they fit.  Every rectangle,
     group frames included, carries ``data-path`` (the dotted name, as ``spruce.io`` names
-    tensors; ``''`` for the root) and ``data-bytes``.  Subtrees whose box is smaller than 3 px
-    on a side are drawn as one rectangle.  Same walk and counting as ``html`` (any depth,
+    tensors; ``''`` for the root) and ``data-bytes``.  A subtree whose box is narrower than 8 px,
+    or 64 levels down, is drawn as one rectangle.  Frames take no area: every drawn box's area
+    is exactly its share of the bytes.  Leaves are labelled ``module.key size`` (or ``key``)
+    where that fits, the groups of the first two levels at their bottom left.  Same walk and counting as ``html`` (any depth,
     per-path totals); leaves without bytes are not drawn.
 
     Args:
@@ -145,45 +153,51 @@ def treemap(tree: Any, *, width: int = 960, height: int = 600,
     root = model.root
     colours: dict[str, str] = {}
     groups_bytes: dict[str, int] = {}
+    groups = _groups(model, color_by)
     for n in model.nodes:
         if n.kind == ARRAY and n.nbytes:
-            g = _group(model, n, color_by)
+            g = groups[n.index]
             groups_bytes[g] = groups_bytes.get(g, 0) + n.nbytes
     for k, g in enumerate(sorted(groups_bytes, key=lambda g: -groups_bytes[g])):
         colours[g] = dtype_colour(g) if color_by == "dtype" else PALETTE[k % len(PALETTE)]
     body: list[str] = []
     top = _LEGEND
-    # (node, x, y, w, h)
-    stack: list[tuple[Node, float, float, float, float]] = [(root, 0.0, float(top), float(width), float(height))]
+    frames: list[str] = []  # group outlines and labels, drawn over their children
+    placed: list[tuple[float, float, float, float]] = []  # group labels' boxes
+    # (node, the parent's dotted name, nesting level, x, y, w, h)
+    stack: list[tuple[Node, str, int, float, float, float, float]] = [
+        (root, "", 0, 0.0, float(top), float(width), float(height))]
     while stack:
-        n, x, y, w, h = stack.pop()
+        n, prefix, level, x, y, w, h = stack.pop()
         keys = [n.key]
         while n.kind == NODE and len(n.children) == 1 and model.nodes[n.children[0]].kind == NODE:
             n = model.nodes[n.children[0]]
             keys.append(n.key)
-        path = model.name(n.index)
         label = ".".join(k for k in keys if k)
+        path = f"{prefix}.{label}" if prefix and label else (prefix or label)
         kids = [model.nodes[c] for c in n.children] if n.kind == NODE else []
         kids = [c for c in kids if c.nbytes > 0]
-        if not kids or w < 3 or h < 3:
-            fill = _fill(model, n, color_by, colours)
+        if not kids or w < 8 or h < 8 or level >= MAX_LEVELS:
+            fill = _fill(model, n, groups, colours)
             body.append(_rect(path, n.nbytes, x, y, w, h, fill, "leaf" if n.kind in (ARRAY, SHARED) else "group"))
-            text = _fitting(label, n.nbytes, w) if h > 13 else ""
+            parent = prefix.rpartition(".")[2]
+            text = _fitting(f"{parent}.{label}" if parent and label else label, n.nbytes, w) if h > 13 else ""
+            text = text or (_fitting(label, n.nbytes, w) if h > 13 else "")
             if text:
                 body.append(f'<text x="{x + 3:.1f}" y="{y + 11:.1f}" fill="{_ink(fill)}">{esc(text)}</text>')
             continue
         if n is not root:
-            body.append(_rect(path, n.nbytes, x, y, w, h, "none", "group"))
-        head = _HEAD if (h > 3 * _HEAD and w > 40 and n is not root) else 0
-        if head:
-            text = _fitting(label, n.nbytes, w)
-            if text:
-                body.append(f'<text class="g" x="{x + 3:.1f}" y="{y + 11:.1f}">{esc(text)}</text>')
-        pad = _PAD if n is not root and w > 4 * _PAD and h > 4 * _PAD else 0
-        ix, iy, iw, ih = x + pad, y + head + pad, w - 2 * pad, h - head - 2 * pad
+            frames.append(_rect(path, n.nbytes, x, y, w, h, "none", "group"))
+            shown = f"{prefix.rpartition('.')[2]}.{label}" if label.isdigit() and prefix else label
+            text = _fitting(shown, n.nbytes, w) if level <= 2 and h > 40 else ""
+            box = (x + 4, y + h - 17, x + 4 + len(text) * _CHAR, y + h - 2)
+            if text and not any(_overlap(box, other) for other in placed):
+                placed.append(box)
+                frames.append(f'<text class="g" x="{x + 4:.1f}" y="{y + h - 5:.1f}">{esc(text)}</text>')
         kids.sort(key=lambda c: -c.nbytes)
-        for c, r in zip(kids, squarify([float(c.nbytes) for c in kids], ix, iy, iw, ih)):
-            stack.append((c, *r))
+        for c, r in zip(kids, squarify([float(c.nbytes) for c in kids], x, y, w, h)):
+            stack.append((c, path, level + 1, *r))
+    body.extend(reversed(frames))  # outer frames last: on top
     name = title if title is not None else f"{root.type_name}: {format_bytes(root.nbytes)} ({root.params:,} parameters)"
     legend = [f'<text class="t" x="4" y="17">{esc(name)}</text>']
     lx = 16 + len(name) * 7.8
@@ -197,9 +211,10 @@ def treemap(tree: Any, *, width: int = 960, height: int = 600,
         lx += 22 + len(item) * _CHAR
     style = ("<style>svg{font:11px ui-sans-serif,system-ui,sans-serif}text{pointer-events:none}"
              ".bg{fill:#fff}.t,.g,.lg{fill:#1f2937}.t{font-weight:600;font-size:13px}"
-             "rect.group{stroke:#475569;stroke-width:1}rect.leaf{stroke:#fff;stroke-width:.6}"
+             "rect.group{stroke:#334155;stroke-width:1.2}rect.leaf{stroke:#fff;stroke-width:.5}"
+             ".g{font-weight:700;font-size:12px;paint-order:stroke;stroke:#fff;stroke-width:3px}"
              "@media (prefers-color-scheme:dark){.bg{fill:#0f172a}.t,.g,.lg{fill:#e2e8f0}"
-             "rect.group{stroke:#94a3b8}rect.leaf{stroke:#0f172a}}</style>")
+             "rect.group{stroke:#cbd5e1}rect.leaf{stroke:#0f172a}.g{stroke:#0f172a}}</style>")
     total_h = height + top
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total_h}" '
@@ -209,18 +224,17 @@ def treemap(tree: Any, *, width: int = 960, height: int = 600,
     )
 
 
-def _fill(model: Model, n: Node, color_by: str, colours: dict[str, str]) -> str:
+def _fill(model: Model, n: Node, groups: list[str], colours: dict[str, str]) -> str:
     """The colour of a drawn box: its group's, or for a whole subtree its largest leaf's."""
-    if n.kind != NODE:
-        return colours.get(_group(model, n, color_by), "#94a3b8")
-    best: Node | None = None
-    stack = [n.index]
-    while stack:
-        m = model.nodes[stack.pop()]
-        if m.kind == ARRAY and (best is None or m.nbytes > best.nbytes):
-            best = m
-        stack.extend(m.children)
-    return colours.get(_group(model, best, color_by), "#94a3b8") if best is not None else "#94a3b8"
+    best = n
+    if n.kind == NODE:
+        stack = list(n.children)
+        while stack:
+            m = model.nodes[stack.pop()]
+            if m.kind == ARRAY and (best is n or m.nbytes > best.nbytes):
+                best = m
+            stack.extend(m.children)
+    return colours.get(groups[best.index], "#94a3b8")
 
 
 def _rect(path: str, nbytes: int, x: float, y: float, w: float, h: float, fill: str, cls: str) -> str:
