@@ -229,7 +229,7 @@ def test_unusual_nodes_never_fail() -> None:
     assert "flatten raised ValueError: ValueError(&#x27;cannot flatten this&#x27;)" in by_name["boom"]
     assert "cycle: contains itself (back to loop)" in by_name["1"]
     assert "same object as s1" in by_name["s2"]
-    assert texts(by_name["s2"])[2] == "1 leaves"  # counted per path, as spruce.summary does
+    assert texts(by_name["s2"])[2] == "1 leaf"  # counted per path, as spruce.summary does
     assert texts(by_name["none"])[1] == "None" and "empty" in by_name["empty"]
     assert "&lt;built-in function len&gt;" in by_name["fn"]
     assert "· 3 arrays ·" in page  # loop.0, s1.w and s2.w

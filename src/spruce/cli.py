@@ -386,7 +386,7 @@ def _bar(share: float, width: int = 12) -> Any:
     """A bar of ``width`` cells filled to ``share`` (0..1) in eighths of a cell, then the percent.
 
     >>> _bar(0.5, 4).plain, _bar(0.0, 4).plain
-    ('██    50.0%', '     0.0%')
+    ('██   50.0%', '      0.0%')
     """
     from rich.text import Text
 

@@ -182,9 +182,9 @@ def _row(model: Model, n: Node, label: str, depth: int, total: int, stats: bool,
             f'<span class="b">{esc(format_bytes(n.nbytes))}{bar(share)}</span>')
     if n.kind == NODE:
         cells.append(f'<span class="t">{esc(n.type_name)}</span>')
-        cells.append(f'<span class="n">{n.leaves:,} leaves</span>')
+        cells.append(f'<span class="n">{_leaves(n.leaves)}</span>')
         cells.append(size)
-        cells.append(f'<span class="st">{n.arrays:,} arrays</span><span></span>')
+        cells.append(f'<span class="st">{"1 array" if n.arrays == 1 else f"{n.arrays:,} arrays"}</span><span></span>')
     elif n.kind == ARRAY:
         colour = dtype_colour(n.dtype)
         cells.append(f'<span class="t"><span class="dt" style="background:{colour}">{esc(n.dtype)}</span></span>')
@@ -200,7 +200,7 @@ def _row(model: Model, n: Node, label: str, depth: int, total: int, stats: bool,
         where = model.name(n.target) or "(root)"
         if n.kind == SHARED:
             text = f'<span class="tie">same object as {esc(shorten(where, 120))}</span>'
-            cells.append(f'<span class="t">{esc(n.type_name)}</span><span class="n">{n.leaves:,} leaves</span>{size}'
+            cells.append(f'<span class="t">{esc(n.type_name)}</span><span class="n">{_leaves(n.leaves)}</span>{size}'
                          f'<span class="st">{text}</span><span></span>')
         else:
             text = f'<span class="bad">cycle: contains itself (back to {esc(shorten(where, 120))})</span>'
@@ -213,6 +213,10 @@ def _row(model: Model, n: Node, label: str, depth: int, total: int, stats: bool,
     return f'<{tag} class="r">{"".join(cells)}</{tag}>'
 
 
+def _leaves(n: int) -> str:
+    return "1 leaf" if n == 1 else f"{n:,} leaves"
+
+
 def _array_cells(model: Model, n: Node, stats: bool) -> str:
     notes: list[str] = []
     if n.tied:
@@ -222,7 +226,7 @@ def _array_cells(model: Model, n: Node, stats: bool) -> str:
     layout = leaf_layout(n.obj) if n.obj is not None else None
     text = ""
     if s is not None:
-        if s.count:
+        if s.finite:
             text = f"{fmt(s.mean)} ± {fmt(s.std)} [{fmt(s.min)}, {fmt(s.max)}]"
         for count, what in ((s.nan, "NaN"), (s.inf, "Inf")):
             if count:

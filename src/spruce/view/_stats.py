@@ -15,10 +15,10 @@ _SAMPLE = 1 << 20  # at most this many (evenly strided) elements go into the his
 class Stats(NamedTuple):
     """Statistics of the finite values of an array, and how many are NaN or infinite.
 
-    ``mean``/``std``/``min``/``max`` are NaN when no value is finite; ``hist`` holds ``BINS``
+    ``finite`` counts the finite values; ``mean``/``std``/``min``/``max`` are NaN when none is; ``hist`` holds ``BINS``
     counts over ``[min, max]`` (from at most 2**20 evenly strided elements)."""
 
-    count: int
+    finite: int
     mean: float
     std: float
     min: float

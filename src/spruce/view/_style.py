@@ -58,7 +58,7 @@ h1{font-size:18px;margin:0 0 4px}
 .legend span{margin-right:12px;white-space:nowrap}
 .sw{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:4px;vertical-align:-1px}
 .mono,.r .k,.r .s,.r .n,.r .p,.r .b,.r .st{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
-.r{display:grid;grid-template-columns:minmax(16em,2.2fr) 10.5em 10em 7.5em 11.5em minmax(14em,1.7fr) 76px;
+.r{display:grid;grid-template-columns:minmax(14em,1.6fr) 10.5em 9em 7.5em 11.5em minmax(17em,2fr) 76px;
 gap:0 10px;align-items:center;padding:2px 4px;border-bottom:1px solid var(--line);min-height:22px}
 .hd{font-weight:600;color:var(--dim);border-bottom:2px solid var(--line)}
 details>summary{list-style:none;cursor:pointer}

@@ -23,8 +23,8 @@ def squarify(values: list[float], x: float, y: float, w: float, h: float) -> lis
 
     >>> [tuple(round(v, 1) for v in r) for r in squarify([6, 6, 4, 3, 2, 2, 1], 0, 0, 6, 4)]
     ... # doctest: +NORMALIZE_WHITESPACE
-    [(0, 0, 3.0, 2.0), (0, 2.0, 3.0, 2.0), (3.0, 0, 1.7, 2.4), (4.7, 0, 1.3, 2.4),
-     (3.0, 2.4, 1.2, 1.6), (4.2, 2.4, 1.2, 1.6), (5.4, 2.4, 0.6, 1.6)]
+    [(0, 0, 3.0, 2.0), (0, 2.0, 3.0, 2.0), (3.0, 0, 1.7, 2.3), (4.7, 0, 1.3, 2.3),
+     (3.0, 2.3, 1.2, 1.7), (4.2, 2.3, 1.2, 1.7), (5.4, 2.3, 0.6, 1.7)]
     """
     total = sum(values)
     out: list[tuple[float, float, float, float]] = []
