@@ -435,6 +435,7 @@ assert mem == [ref[d] for d in order], (mem, ref)
 page = view.html(tree)
 assert page.count('<svg class="grid"') == 6, page.count('<svg class="grid"')
 assert "P(&#x27;x&#x27;, &#x27;y&#x27;) over x=4 y=2" in page
+assert "memory per device (6 sharded arrays)" in page and page.count('<span class="mono">device ') == 8
 plan = view.sharding_html(view.sharding_leaves(tree))
 assert plan.count("device 7") == 1 and plan.count('class="grid"') == 6
 print("checked", checked)

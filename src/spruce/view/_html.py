@@ -7,7 +7,7 @@ from typing import Any, Callable
 from .._summary import format_bytes
 from . import _model
 from ._model import ARRAY, CYCLE, ERROR, LEAF, NODE, NONE, SHARED, Model, Node, shorten
-from ._sharding import device_grid, leaf_layout
+from ._sharding import device_grid, device_memory, leaf_layout
 from ._stats import BINS, Stats, array_stats, fmt
 from ._style import bar, dtype_colour, esc, page
 
@@ -25,7 +25,8 @@ def html(tree: Any, *, title: str | None = None, stats: bool = True,
     whole tree's bytes.  Every array leaf shows its dtype (a colour per dtype family), shape,
     parameters, bytes and, when ``stats`` is true, the mean, standard deviation, min and max of
     its finite values, its NaN and Inf counts (in red when not zero) and a histogram; an array
-    with a ``NamedSharding`` (a sharded ``jax.Array``) also shows its layout as a device grid.
+    with a ``NamedSharding`` (a sharded ``jax.Array``) also shows its layout as a device grid, and
+    the page starts with the bytes each device holds.
     Leaves that are one object at two paths (tied weights) and subtrees shared between paths
     are marked; a node that contains itself is shown as a cycle.  The page follows the reader's
     light or dark theme (``prefers-color-scheme``), uses no script and loads nothing.
@@ -61,9 +62,28 @@ def html(tree: Any, *, title: str | None = None, stats: bool = True,
     model = _model.build(tree, is_leaf=is_leaf)
     root = model.root
     name = title if title is not None else f"{root.type_name}: {root.params:,} parameters"
-    body = [_header(model, name)]
-    body.append(_rows(model, stats))
+    body = [_header(model, name), _device_memory(model), _COLUMNS, _rows(model, stats)]
     return page(name, "\n".join(body))
+
+
+def _device_memory(model: Model) -> str:
+    """Memory bars per device for the sharded arrays of the tree (all on one mesh), or ''."""
+    leaves = []
+    for n in model.nodes:
+        layout = leaf_layout(n.obj) if n.kind == ARRAY and n.obj is not None else None
+        if layout is not None:
+            leaves.append((model.name(n.index), n.shape, n.dtype, layout.spec, layout.mesh))
+    if not leaves:
+        return ""
+    try:
+        memory = device_memory(leaves)
+    except (ValueError, TypeError):  # arrays on meshes of different sizes: no common picture
+        return ""
+    top = max(memory) or 1
+    bars = "".join(f'<span class="mono">device {i}</span>{bar(b / top)}<span class="mono">{esc(format_bytes(b))}</span>'
+                   for i, b in enumerate(memory))
+    return (f'<h2>memory per device ({len(leaves):,} sharded arrays)</h2>'
+            f'<div class="mem">{bars}</div><h2>tree</h2>')
 
 
 def _header(model: Model, title: str) -> str:
@@ -94,11 +114,13 @@ def _header(model: Model, title: str) -> str:
             for d, (c, p, b) in sorted(dtypes.items(), key=lambda kv: -kv[1][2])
         )
         parts.append(f'<p class="sub legend">{items}</p>')
-    parts.append('<div class="r hd"><span class="k">name</span><span class="t">type / dtype</span>'
-                 '<span class="s">shape / leaves</span><span class="p">params</span>'
-                 '<span class="b">bytes</span><span class="st">mean ± std [min, max]</span>'
-                 '<span>histogram</span></div>')
     return "\n".join(parts)
+
+
+_COLUMNS = ('<div class="r hd"><span class="k">name</span><span class="t">type / dtype</span>'
+            '<span class="s">shape / leaves</span><span class="p">params</span>'
+            '<span class="b">bytes</span><span class="st">mean ± std [min, max]</span>'
+            '<span>histogram</span></div>')
 
 
 def _chain(model: Model, n: Node) -> tuple[list[str], Node]:

@@ -184,13 +184,14 @@ def build(tree: Any, *, is_leaf: Callable[[Any], bool] | None = None) -> Model:
             n.kind = NONE
             continue
         try:
-            leafy = isinstance(x, TensorInfo) or (is_leaf is not None and bool(is_leaf(x))) or _tree.is_leaf(x)
+            chosen = isinstance(x, TensorInfo) or (is_leaf is not None and bool(is_leaf(x)))
+            leafy = chosen or _tree.is_leaf(x)
         except Exception as e:  # noqa: BLE001 - a registry lookup or predicate that raises
             n.kind, n.text = ERROR, f"{type(e).__name__}: {safe_repr(e, 120)}"
             continue
         foreign = None
         if leafy:
-            foreign = _jax_children(x)
+            foreign = None if chosen else _jax_children(x)
             if foreign is None:
                 _fill_leaf(n, x, arrays_seen, nodes)
                 continue
