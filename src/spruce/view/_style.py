@@ -63,6 +63,8 @@ gap:0 10px;align-items:center;padding:2px 4px;border-bottom:1px solid var(--line
 .hd{font-weight:600;color:var(--dim);border-bottom:2px solid var(--line)}
 details>summary{list-style:none;cursor:pointer}
 details>summary::-webkit-details-marker{display:none}
+details>summary:not(.r)::before{content:"\\25B8  ";color:var(--dim)}
+details[open]>summary:not(.r)::before{content:"\\25BE  "}
 summary.r:hover,.r:hover{background:var(--row)}
 .k{overflow:hidden;text-overflow:ellipsis;white-space:nowrap;padding-left:calc(var(--d,0)*14px)}
 summary .k::before{content:"\\25B8";display:inline-block;width:12px;color:var(--dim)}
