@@ -22,7 +22,15 @@ from ._summary import format_bytes
 
 __all__ = ["main"]
 
-_DESCRIPTION = "Inspect and compare pytree checkpoints (.safetensors, .npz)."
+_DESCRIPTION = "Inspect, compare and draw pytree checkpoints (.safetensors, .npz)."
+
+
+_EPILOG = """\
+usage of each command (spruce COMMAND --help for details):
+  spruce inspect FILE [--depth N] [--filter GLOB]... [--html OUT.html [--stats]]
+  spruce diff A B [--values] [--html OUT.html]
+  spruce treemap FILE -o OUT.svg [--color-by {type,dtype}]
+  spruce demo [--out DIR]"""
 
 
 class _UsageError(Exception):
@@ -49,7 +57,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> _Parser:
-    p = _Parser(prog="spruce", description=_DESCRIPTION)
+    p = _Parser(prog="spruce", description=_DESCRIPTION, epilog=_EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     # Not required=True: argparse would then report a missing COMMAND before an unknown flag
     # (`spruce --bogus`); main checks for both itself, unknown flags first.
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
