@@ -7,7 +7,6 @@ import pathlib
 import subprocess
 import sys
 import time
-import types
 from typing import Any
 
 import numpy as np

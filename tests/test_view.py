@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import html as _html
 import math
-import os
 import re
 import shutil
 import struct

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from .._summary import format_bytes
 from . import _model
-from ._model import ARRAY, CYCLE, ERROR, LEAF, NODE, NONE, SHARED, Model, Node, shorten
+from ._model import ARRAY, CYCLE, LEAF, NODE, NONE, SHARED, Model, Node, shorten
 from ._sharding import device_grid, device_memory, leaf_layout
 from ._stats import BINS, Stats, array_stats, fmt
 from ._style import bar, dtype_colour, esc, page
