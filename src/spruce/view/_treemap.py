@@ -202,10 +202,10 @@ def treemap(tree: Any, *, width: int = 960, height: int = 600,
     legend = [f'<text class="t" x="4" y="17">{esc(name)}</text>']
     lx = 16 + len(name) * 7.8
     for g, fill in colours.items():
-        if lx > width - 40:
-            break
         share = groups_bytes[g] / root.nbytes if root.nbytes else 0
-        item = f"{g} {share:.0%}" if share >= 0.01 else f"{g} {share:.1%}"
+        item = f"{g} {share:.0%}" if share >= 0.01 else (f"{g} {share:.1%}" if share >= 0.001 else f"{g} <0.1%")
+        if lx + 13 + len(item) * _CHAR > width:
+            break
         legend.append(f'<rect x="{lx:.0f}" y="7" width="10" height="10" fill="{fill}"/>'
                       f'<text x="{lx + 13:.0f}" y="16">{esc(item)}</text>')
         lx += 22 + len(item) * _CHAR
