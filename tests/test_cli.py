@@ -216,6 +216,9 @@ def test_inspect_html_header_only_and_with_stats(tmp_path: Any, capsys: Any) -> 
     code, _, _ = run(capsys, "inspect", minilm_path(), "--html", page_path, "--stats")
     page = pathlib.Path(page_path).read_text(encoding="utf-8")
     assert "not read" not in page and page.count('<svg class="h"') == 104
+    code, out, err = run(capsys, "inspect", minilm_path(), "--stats")
+    assert code == 2 and out == ""
+    assert_one_error_line(err, "--stats reads the tensors for the page's statistics: give --html OUT.html too")
     code, _, _ = run(capsys, "inspect", minilm_path(), "--html", page_path, "--stats", "--filter", "pooler")
     page = pathlib.Path(page_path).read_text(encoding="utf-8")
     assert "2 arrays" in page and "word_embeddings" not in page

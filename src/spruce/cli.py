@@ -327,6 +327,8 @@ def _inspect(args: argparse.Namespace, out: Any) -> int:
 
     if args.depth is not None and args.depth < 1:
         raise ValueError("--depth must be at least 1")
+    if args.stats and args.html is None:
+        raise ValueError("--stats reads the tensors for the page's statistics: give --html OUT.html too")
     info = _read_info(args.file)
     all_tensors, fmt = info.tensors, info.format
     ordered = "spruce.treedef" in info.metadata
