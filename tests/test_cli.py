@@ -229,6 +229,10 @@ def test_treemap_command(tmp_path: Any, capsys: Any) -> None:
     code, out, err = run(capsys, "treemap", minilm_path(), "-o", svg_path)
     assert code == 0 and err == "" and f"wrote {svg_path}" in out and "104 tensors" in out
     svg = pathlib.Path(svg_path).read_text(encoding="utf-8")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(svg_path).st_mode & 0o777 == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir()] == ["m.svg"]  # no temporary file left
     assert svg.startswith("<svg") and 'data-path="embeddings.word_embeddings.weight" data-bytes="46881792"' in svg
     code, _, err = run(capsys, "treemap", minilm_path())
     assert code == 2
