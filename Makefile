@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo examples test test-compiled test-pure typecheck bench bench-quick build-compiled clean
+.PHONY: demo examples test test-compiled test-pure typecheck bench bench-quick build-compiled browser clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -76,13 +76,23 @@ examples: $(VENV)/.demo-deps build-compiled
 	         examples/sharded_training.py examples/mixed_jax_world.py; do \
 	    echo "== $$f"; $(PY) $$f || exit 1; done
 
+# The browser test opens spruce.view's pages in Debian's headless chromium: installed with apt-get
+# when missing where that is possible (root on a Debian-like machine); elsewhere that test skips.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	{ if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get install -y -q chromium >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; } || \
+	    echo "chromium could not be installed: the browser test will skip"; \
+	  else echo "chromium is missing (Debian's chromium package): the browser test will skip"; fi; }
+
 typecheck: $(VENV)/.deps
 	$(PY) -m mypy --strict src/spruce
 
-test-compiled: $(VENV)/.deps $(VENV)/.torch build-compiled
+test-compiled: $(VENV)/.deps $(VENV)/.torch build-compiled browser
 	SPRUCE_EXPECT_COMPILED=1 $(PY) -m pytest -q tests
 
-test-pure: $(VENV)/.deps $(VENV)/.torch
+test-pure: $(VENV)/.deps $(VENV)/.torch browser
 	SPRUCE_EXPECT_COMPILED=0 PYTHONPATH=src $(PY) -m pytest -q --doctest-modules src/spruce tests
 
 test: typecheck test-compiled test-pure

@@ -1,12 +1,12 @@
-"""The ``spruce`` command: inspect, diff, demo, and one-line errors (exit code 2)."""
+"""The ``spruce`` command: inspect, diff, treemap, demo, and one-line errors (exit code 2)."""
 
 from __future__ import annotations
 
 import os
+import pathlib
 import subprocess
 import sys
 import time
-import types
 from typing import Any
 
 import numpy as np
@@ -57,7 +57,8 @@ def test_inspect_minilm_totals_and_tree(capsys: Any) -> None:
     assert "float32 103 tensors, 22,713,216 params" in lines[1]
     table = "\n".join(lines[2:])
     # subtrees with their totals, leaves with shape / dtype / count / bytes
-    assert any(l.startswith("├── encoder.layer ") and l.rstrip().endswith("10,646,784   40.6 MiB") for l in lines)
+    assert any(l.startswith("├── encoder.layer ") and "10,646,784   40.6 MiB  █████▋ " in l
+               and l.rstrip().endswith(" 46.9%") for l in lines)  # a bar of 12 cells: 46.9% is 5 5/8
     assert any("word_embeddings.weight" in l and "[30522, 384]" in l and "float32" in l and "11,720,448" in l for l in lines)
     assert any(l.startswith("└── pooler.dense ") for l in lines)
     # list indices in numeric order, every layer shown
@@ -144,6 +145,117 @@ def test_diff_identical_and_different(tmp_path: Any, capsys: Any) -> None:
     assert "  ~ encoder.layer.5.output.dense.bias  float32[384] -> float32[5]" in out
 
 
+def _perturbed_copy(tmp_path: Any) -> tuple[str, dict[str, float]]:
+    """MiniLM with three tensors changed by known amounts: (file, {name: max abs difference})."""
+    tree = sio.load(minilm_path(), rename={})
+    changes = {
+        "encoder.layer.2.attention.self.query.weight": 0.5,
+        "embeddings.LayerNorm.bias": 0.125,
+        "pooler.dense.bias": 2.0,
+    }
+    flat = sio.flatten_names(tree)
+    for name, delta in changes.items():
+        w = np.array(flat[name])
+        w.reshape(-1)[7] += np.float32(delta)
+        flat[name] = w
+    path = str(tmp_path / "perturbed.safetensors")
+    sio.save(path, sio.unflatten_names(flat))
+    return path, changes
+
+
+def test_diff_values_marks_exactly_the_perturbed_tensors(tmp_path: Any, capsys: Any) -> None:
+    other, changes = _perturbed_copy(tmp_path)
+    code, out, err = run(capsys, "diff", minilm_path(), other)
+    assert code == 0 and "same structure" in out  # names, shapes, dtypes only
+    html = str(tmp_path / "diff.html")
+    code, out, err = run(capsys, "diff", minilm_path(), other, "--values", "--html", html)
+    assert code == 1 and err == ""
+    lines = out.splitlines()
+    start = lines.index("different values, largest relative change first (3):")
+    listed = [l.split()[1] for l in lines[start + 1:start + 4]]
+    # pooler.dense.bias (norm ~ 0.3) changes most relative to its size, the big query matrix least
+    assert listed == ["pooler.dense.bias", "embeddings.LayerNorm.bias", "encoder.layer.2.attention.self.query.weight"]
+    for line in lines[start + 1:start + 4]:
+        name = line.split()[1]
+        got = float(line.split("max abs diff ")[1].split(",")[0])
+        assert got == pytest.approx(changes[name], rel=1e-3)  # float32 rounding of w + delta
+    assert "values: 3 of 104 comparable tensors differ" in out
+    page = pathlib.Path(html).read_text(encoding="utf-8")
+    assert page.count('data-status="changed"') == 3
+    assert page.count('data-status="same"') == 101
+    where = [page.index(f'<tr data-name="{n}" data-status="changed">') for n in listed]
+    assert where == sorted(where) and where[0] == page.index("<tr data-name=")  # what changed most first
+    code, out, _ = run(capsys, "diff", minilm_path(), minilm_path(), "--values")
+    assert code == 0 and "values: 0 of 104 comparable tensors differ" in out
+
+
+def test_diff_html_colours_each_kind(tmp_path: Any, capsys: Any) -> None:
+    a = str(tmp_path / "a.npz")
+    b = str(tmp_path / "b.npz")
+    sio.save(a, {"gone": np.zeros(2), "w": np.ones((2, 2), np.float32), "r": np.zeros(3), "same": np.ones(1)})
+    sio.save(b, {"new": np.zeros(2), "w": np.full((2, 2), 3.0, np.float32), "r": np.zeros(4), "same": np.ones(1)})
+    html = str(tmp_path / "d.html")
+    code, out, _ = run(capsys, "diff", a, b, "--values", "--html", html)
+    assert code == 1
+    page = pathlib.Path(html).read_text(encoding="utf-8")
+    statuses = [(m.split('"')[1], m.split('data-status="')[1].split('"')[0])
+                for m in page.split("<tr data-name=")[1:]]
+    assert statuses == [("gone", "removed"), ("new", "added"), ("r", "reshaped"), ("w", "changed"), ("same", "same")]
+    for cls in ("tag del", "tag add", "tag shp", "tag chg"):
+        assert cls in page
+    assert "<td class=\"num\">2</td>" in page  # max |B - A| of w
+
+
+def test_inspect_html_header_only_and_with_stats(tmp_path: Any, capsys: Any) -> None:
+    page_path = str(tmp_path / "m.html")
+    code, out, err = run(capsys, "inspect", minilm_path(), "--depth", "1", "--html", page_path)
+    assert code == 0 and err == "" and f"wrote {page_path}" in out
+    page = pathlib.Path(page_path).read_text(encoding="utf-8")
+    assert "<title>model.safetensors</title>" in page and "22,713,728 parameters" in page
+    assert page.count("not read") == 104 and "<svg" not in page  # no data read: no statistics
+    code, _, _ = run(capsys, "inspect", minilm_path(), "--html", page_path, "--stats")
+    page = pathlib.Path(page_path).read_text(encoding="utf-8")
+    assert "not read" not in page and page.count('<svg class="h"') == 104
+    code, out, err = run(capsys, "inspect", minilm_path(), "--stats")
+    assert code == 2 and out == ""
+    assert_one_error_line(err, "--stats reads the tensors for the page's statistics: give --html OUT.html too")
+    code, _, _ = run(capsys, "inspect", minilm_path(), "--html", page_path, "--stats", "--filter", "pooler")
+    page = pathlib.Path(page_path).read_text(encoding="utf-8")
+    assert "2 arrays" in page and "word_embeddings" not in page
+
+
+def test_treemap_command(tmp_path: Any, capsys: Any) -> None:
+    svg_path = str(tmp_path / "m.svg")
+    code, out, err = run(capsys, "treemap", minilm_path(), "-o", svg_path)
+    assert code == 0 and err == "" and f"wrote {svg_path}" in out and "104 tensors" in out
+    svg = pathlib.Path(svg_path).read_text(encoding="utf-8")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(svg_path).st_mode & 0o777 == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir()] == ["m.svg"]  # no temporary file left
+    assert svg.startswith("<svg") and 'data-path="embeddings.word_embeddings.weight" data-bytes="46881792"' in svg
+    code, _, err = run(capsys, "treemap", minilm_path())
+    assert code == 2
+    assert_one_error_line(err, "the following arguments are required: -o/--output")
+    code, _, err = run(capsys, "treemap", minilm_path(), "-o", str(tmp_path / "no" / "dir.svg"))
+    assert code == 2
+    assert_one_error_line(err, "No such file or directory")
+
+
+def test_help_lists_the_new_options(capsys: Any) -> None:
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    assert "spruce inspect FILE [--depth N] [--filter GLOB]... [--html OUT.html [--stats]]" in out
+    assert "spruce diff A B [--values] [--html OUT.html]" in out
+    assert "spruce treemap FILE -o OUT.svg [--color-by {type,dtype}]" in out and "spruce demo [--out DIR]" in out
+    for argv, flags in ((["inspect", "--help"], ["--html", "--stats"]), (["diff", "--help"], ["--values", "--html"]),
+                        (["treemap", "--help"], ["-o OUT.svg", "--color-by"]), (["demo", "--help"], ["--out DIR"])):
+        code, out, _ = run(capsys, *argv)
+        assert code == 0
+        for f in flags:
+            assert f in out, (argv, f)
+
+
 # -- errors: one red line, exit code 2 ---------------------------------------------------------------
 
 
@@ -215,7 +327,7 @@ def test_usage_errors_exit_2(capsys: Any) -> None:
     assert code == 0 and "inspect" in out and "diff" in out and "demo" in out
     code, _, err = run(capsys)
     assert code == 2
-    assert_one_error_line(err, "a command is required: inspect, diff or demo")
+    assert_one_error_line(err, "a command is required: inspect, diff, treemap or demo")
 
 
 @pytest.mark.parametrize(
@@ -237,30 +349,47 @@ def test_unknown_flags_name_themselves(argv: list[str], expected: str, capsys: A
 # -- demo ----------------------------------------------------------------------------------------
 
 
-def test_demo_calls_models_minilm_demo(monkeypatch: Any, capsys: Any) -> None:
+def test_demo_calls_the_demo_module(monkeypatch: Any, capsys: Any, tmp_path: Any) -> None:
+    import spruce._demo
+
     calls = []
-    fake_minilm = types.SimpleNamespace(demo=lambda: calls.append("demo"))
-    fake_models = types.ModuleType("spruce.models")
-    fake_models.minilm = fake_minilm  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "spruce.models", fake_models)
-    code, _, _ = run(capsys, "demo")
-    assert code == 0 and calls == ["demo"]
+    monkeypatch.setattr(spruce._demo, "run", lambda console, out_dir: calls.append(out_dir))
+    code, _, _ = run(capsys, "demo", "--out", str(tmp_path))
+    assert code == 0 and calls == [str(tmp_path)]
 
 
 def test_demo_errors_are_one_line(monkeypatch: Any, capsys: Any) -> None:
-    def broken() -> None:
+    import spruce._demo
+
+    def broken(console: Any, out_dir: Any) -> None:
         raise FileNotFoundError(2, "No such file or directory", "/nowhere/model.safetensors")
 
-    fake_models = types.ModuleType("spruce.models")
-    fake_models.minilm = types.SimpleNamespace(demo=broken)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "spruce.models", fake_models)
+    monkeypatch.setattr(spruce._demo, "run", broken)
     code, _, err = run(capsys, "demo")
     assert code == 2
     assert_one_error_line(err, "/nowhere/model.safetensors: No such file or directory")
+    monkeypatch.undo()
     monkeypatch.setitem(sys.modules, "spruce.models", None)  # not installed
     code, _, err = run(capsys, "demo")
     assert code == 2
     assert_one_error_line(err, "spruce.models")
+
+
+@pytest.mark.slow
+def test_demo_runs_and_writes_its_pictures(tmp_path: Any, capsys: Any) -> None:
+    import spruce._demo
+
+    outputs = spruce._demo.run(None, out_dir=tmp_path)
+    out = capsys.readouterr().out
+    assert "22,713,728" in out and "Traceback" not in out
+    assert out.count("ok spruce.io.load") == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["minilm.html", "minilm.safetensors", "minilm.svg"]
+    assert f"the Module as a page:   {outputs['page']}" in out
+    assert f"its bytes as a treemap: {outputs['treemap']}" in out
+    page = outputs["page"].read_text()
+    assert "BertModel" in page and "MultiheadAttention" in page and "22,713,728 parameters" in page
+    svg = outputs["treemap"].read_text()
+    assert 'data-path="embeddings.word_embeddings.weight" data-bytes="46881792"' in svg
 
 
 def test_missing_rich_is_one_line(monkeypatch: Any, capsys: Any) -> None:

@@ -165,13 +165,6 @@ def test_load_goes_through_spruce_io(tmp_path: pathlib.Path, monkeypatch: pytest
     assert spruce.summary(model).params == N_PARAMS
 
 
-def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    minilm.demo()
-    out = capsys.readouterr().out
-    assert "22,713,728" in out and "Traceback" not in out
-    assert out.count("ok spruce.io.load") == 2
-
-
 def test_import_spruce_does_not_import_models_or_jax() -> None:
     code = "import sys, spruce; assert 'jax' not in sys.modules and 'spruce.models' not in sys.modules"
     env = dict(os.environ, PYTHONPATH=str(pathlib.Path(spruce.__file__).parents[1]))

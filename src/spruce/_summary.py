@@ -88,16 +88,26 @@ class Summary:
         w = max(len(s) for s in labels + ["subtree"])
         lines = [f"{'subtree':<{w}}  {'params':>12}  {'bytes':>12}"]
         for lab, r in zip(labels, self.rows):
-            lines.append(f"{lab:<{w}}  {r.params:>12,}  {_human(r.bytes):>12}")
+            lines.append(f"{lab:<{w}}  {r.params:>12,}  {format_bytes(r.bytes):>12}")
         return "\n".join(lines)
 
 
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]  # int -> float on purpose
-    return f"{n} B"  # pragma: no cover
+def format_bytes(n: int) -> str:
+    """A byte count in binary units with one decimal: ``'100 B'``, ``'1.5 KiB'``, ``'86.6 MiB'``
+    (B, KiB, MiB, GiB, TiB; exact bytes below 1 KiB).  The one byte formatter of spruce's
+    tables, pages and command line.
+
+    >>> format_bytes(100), format_bytes(1536), format_bytes(90_854_912), format_bytes(2**43)
+    ('100 B', '1.5 KiB', '86.6 MiB', '8.0 TiB')
+    """
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"
 
 
 def summary(tree: Any, *, max_depth: int | None = 2, is_leaf: Any = None) -> Summary:

@@ -1,4 +1,5 @@
-"""The ``spruce`` command: ``spruce inspect FILE``, ``spruce diff A B``, ``spruce demo``.
+"""The ``spruce`` command: ``spruce inspect FILE``, ``spruce diff A B``, ``spruce treemap FILE``,
+``spruce demo``.
 
 ``main(argv)`` returns the exit code (the console script and ``python -m spruce`` pass it to
 ``sys.exit``): 0 on success, 1 when ``diff`` finds differences, 2 for a usage error (an unknown
@@ -17,9 +18,19 @@ import os
 import sys
 from typing import Any, Callable, NamedTuple, NoReturn, Sequence
 
+from ._summary import format_bytes
+
 __all__ = ["main"]
 
-_DESCRIPTION = "Inspect and compare pytree checkpoints (.safetensors, .npz)."
+_DESCRIPTION = "Inspect, compare and draw pytree checkpoints (.safetensors, .npz)."
+
+
+_EPILOG = """\
+usage of each command (spruce COMMAND --help for details):
+  spruce inspect FILE [--depth N] [--filter GLOB]... [--html OUT.html [--stats]]
+  spruce diff A B [--values] [--html OUT.html]
+  spruce treemap FILE -o OUT.svg [--color-by {type,dtype}]
+  spruce demo [--out DIR]"""
 
 
 class _UsageError(Exception):
@@ -46,7 +57,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> _Parser:
-    p = _Parser(prog="spruce", description=_DESCRIPTION)
+    p = _Parser(prog="spruce", description=_DESCRIPTION, epilog=_EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     # Not required=True: argparse would then report a missing COMMAND before an unknown flag
     # (`spruce --bogus`); main checks for both itself, unknown flags first.
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -66,26 +78,58 @@ def _parser() -> _Parser:
     ins.add_argument("--filter", action="append", default=None, metavar="GLOB",
                      help="only tensors whose dotted name (or a prefix of it ending at a dot) "
                           "matches the glob, e.g. 'encoder.layer.0' or '*.bias'; repeatable")
+    ins.add_argument("--html", metavar="OUT.html", default=None,
+                     help="also write the tree as a self-contained HTML page (spruce.view.html)")
+    ins.add_argument("--stats", action="store_true",
+                     help="read the tensors' data for the page: mean, std, min, max, NaN/Inf "
+                          "counts and a histogram per tensor (default: the header alone)")
     ins.set_defaults(func=_inspect)
 
     dif = sub.add_parser(
         "diff",
-        help="compare the tensors of two checkpoints by name, shape and dtype",
+        help="compare the tensors of two checkpoints by name, shape and dtype (and values)",
         description=(
-            "List the tensors only in A, only in B, and those whose shape or dtype differ.  "
-            "Exit code 0 if A and B have the same structure, 1 if not, 2 on error."
+            "List the tensors only in A, only in B, and those whose shape or dtype differ; "
+            "with --values also those whose values differ, with the max abs difference and "
+            "the relative L2 change, the largest change first.  Exit code 0 if nothing "
+            "compared differs, 1 if something does, 2 on error."
         ),
     )
     dif.add_argument("a", metavar="A", help="a .safetensors or .npz file, or a sharded checkpoint directory")
     dif.add_argument("b", metavar="B", help="a .safetensors or .npz file, or a sharded checkpoint directory")
+    dif.add_argument("--values", action="store_true",
+                     help="also compare the values of tensors of the same shape and dtype")
+    dif.add_argument("--html", metavar="OUT.html", default=None,
+                     help="also write a side-by-side HTML page of the differences (spruce.view.diff_html)")
     dif.set_defaults(func=_diff)
+
+    tm = sub.add_parser(
+        "treemap",
+        help="draw a checkpoint's tensors as a treemap SVG, area proportional to bytes",
+        description=(
+            "Write a squarified treemap of the tensors of a checkpoint (from its header alone): "
+            "one rectangle per tensor, area proportional to bytes, nested by dotted name, "
+            "coloured by module name or dtype; each rectangle has data-path and data-bytes."
+        ),
+    )
+    tm.add_argument("file", help="a .safetensors or .npz file")
+    tm.add_argument("-o", "--output", required=True, metavar="OUT.svg", help="the SVG file to write")
+    tm.add_argument("--color-by", choices=("type", "dtype"), default="type",
+                    help="colour by module name (default) or by dtype")
+    tm.set_defaults(func=_treemap)
 
     demo = sub.add_parser(
         "demo",
         help="run the main demo: the pretrained all-MiniLM-L6-v2 transformer as a spruce Module",
+        description=(
+            "Load all-MiniLM-L6-v2 as a spruce Module, embed sentences, save and reload it, and "
+            "write its HTML page and treemap beside the saved checkpoint."
+        ),
     )
+    demo.add_argument("--out", metavar="DIR", default=None,
+                      help="the folder for the saved checkpoint, page and treemap (default: a new temporary folder)")
     demo.set_defaults(func=_demo)
-    p.commands = {"inspect": ins, "diff": dif, "demo": demo}
+    p.commands = {"inspect": ins, "diff": dif, "treemap": tm, "demo": demo}
     return p
 
 
@@ -108,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             # the usage of the command whose flags they are not (spruce inspect FILE --bogus)
             parser.parser_of(args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
         if args.command is None:
-            parser.error("a command is required: inspect, diff or demo")
+            parser.error("a command is required: inspect, diff, treemap or demo")
     except SystemExit as e:  # argparse exits for --help
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     except _UsageError as e:
@@ -154,15 +198,6 @@ def _error(message: str) -> None:
 
 
 # -- formatting ----------------------------------------------------------------------------------
-
-
-def _human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"  # unreachable
 
 
 def _count(n: int, noun: str) -> str:
@@ -264,19 +299,40 @@ def _matches(name: str, globs: list[str]) -> bool:
 # -- commands ------------------------------------------------------------------------------------
 
 
-def _header(path: str) -> tuple[dict[str, Any], str]:
+def _read_info(path: str) -> Any:
+    """The checkpoint's header, read once: ``spruce.io.CheckpointInfo(format, tensors, metadata)``."""
     import spruce.io
-    from spruce.io._files import open_regular
 
-    tensors = spruce.io.read_header(path)
-    if os.path.isdir(path):
-        return tensors, "sharded"
-    low = path.lower()
-    fmt = "npz" if low.endswith(".npz") else "safetensors"
-    if not low.endswith((".npz", ".safetensors")):
-        with open_regular(path) as f:
-            fmt = "npz" if f.read(2) == b"PK" else "safetensors"
-    return tensors, fmt
+    return spruce.io.read_info(path)
+
+
+def _load_named(path: str) -> Any:
+    """The checkpoint's entries nested by their dotted names (memory-mapped, nothing read until
+    used): the tree ``spruce.io.unflatten_names`` gives, with arrays for leaves."""
+    import spruce.io
+
+    return spruce.io.load(path, rename={})
+
+
+def _write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a temporary file beside it, renamed)."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".spruce-", suffix=".tmp")
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, path) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # what open() would give, not mkstemp's 0o600
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def _inspect(args: argparse.Namespace, out: Any) -> int:
@@ -287,9 +343,11 @@ def _inspect(args: argparse.Namespace, out: Any) -> int:
 
     if args.depth is not None and args.depth < 1:
         raise ValueError("--depth must be at least 1")
-    all_tensors, fmt = _header(args.file)
-    meta = spruce.io.read_metadata(args.file)
-    ordered = "spruce.treedef" in meta
+    if args.stats and args.html is None:
+        raise ValueError("--stats reads the tensors for the page's statistics: give --html OUT.html too")
+    info = _read_info(args.file)
+    all_tensors, fmt = info.tensors, info.format
+    ordered = "spruce.treedef" in info.metadata
     tensors = all_tensors
     if args.filter:
         tensors = {n: t for n, t in all_tensors.items() if _matches(n, args.filter)}
@@ -298,7 +356,7 @@ def _inspect(args: argparse.Namespace, out: Any) -> int:
     title = Text()
     title.append(os.path.basename(args.file), style="bold")
     title.append(f"  ({fmt})  ")
-    title.append(f"{_count(root.count, 'tensor')}, {root.size:,} parameters, {_human(root.nbytes)} ({root.nbytes:,} bytes)")
+    title.append(f"{_count(root.count, 'tensor')}, {root.size:,} parameters, {format_bytes(root.nbytes)} ({root.nbytes:,} bytes)")
     if args.filter:
         title.append(f"  — {root.count} of {len(all_tensors)} tensors match {' or '.join(args.filter)}")
     out.print(title)
@@ -310,7 +368,7 @@ def _inspect(args: argparse.Namespace, out: Any) -> int:
         acc[2] += t.nbytes
     if by_dtype:
         out.print(Text("dtypes: " + "; ".join(
-            f"{d} {_count(c, 'tensor')}, {s:,} params, {_human(b)}" for d, (c, s, b) in by_dtype.items()
+            f"{d} {_count(c, 'tensor')}, {s:,} params, {format_bytes(b)}" for d, (c, s, b) in by_dtype.items()
         )))
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
     table.add_column("name", no_wrap=True)
@@ -318,6 +376,7 @@ def _inspect(args: argparse.Namespace, out: Any) -> int:
     table.add_column("dtype", no_wrap=True)
     table.add_column("params", justify="right", no_wrap=True)
     table.add_column("bytes", justify="right", no_wrap=True)
+    table.add_column("share of bytes", no_wrap=True)
     split = _split(args.file, root) if fmt == "sharded" else None
     if split is not None:
         table.add_column("split", no_wrap=True)
@@ -331,12 +390,25 @@ def _inspect(args: argparse.Namespace, out: Any) -> int:
             dtype = next(iter(node.dtypes)) if len(node.dtypes) == 1 else "mixed"
             if not collapsed:
                 dtype = ""
-        cells: list[Any] = [Text(label), shape, dtype, f"{node.size:,}", _human(node.nbytes)]
+        share = node.nbytes / root.nbytes if root.nbytes else 0.0
+        cells: list[Any] = [Text(label), shape, dtype, f"{node.size:,}", format_bytes(node.nbytes), _bar(share)]
         if split is not None:
             cells.append(split.get(id(node), "") if not node.children else "")
         table.add_row(*cells)
     if root.count:
         out.print(table)
+    if args.html is not None:
+        import spruce.view
+
+        tree = _load_named(args.file) if args.stats else spruce.io.unflatten_names(all_tensors)
+        if args.stats and args.filter:
+            kept = spruce.io.flatten_names(tree)
+            tree = spruce.io.unflatten_names({n: x for n, x in kept.items() if n in tensors})
+        elif args.filter:
+            tree = spruce.io.unflatten_names(tensors)
+        page = spruce.view.html(tree, title=os.path.basename(args.file), stats=args.stats)
+        _write_text(args.html, page)
+        out.print(Text(f"wrote {args.html} ({format_bytes(len(page.encode()))})"))
     return 0
 
 
@@ -355,44 +427,95 @@ def _split(path: str, root: _Node) -> dict[int, str]:
         if node is not None:
             out[id(node)] = text
     return out
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def _bar(share: float, width: int = 12) -> Any:
+    """A bar of ``width`` cells filled to ``share`` (0..1) in eighths of a cell, then the percent.
+
+    >>> _bar(0.5, 4).plain, _bar(0.0, 4).plain
+    ('██   50.0%', '      0.0%')
+    """
+    from rich.text import Text
+
+    eighths = round(max(0.0, min(1.0, share)) * width * 8)
+    full, part = divmod(eighths, 8)
+    cells = "█" * full + (_EIGHTHS[part] if part else "")
+    text = Text(cells.ljust(width), style="blue")
+    text.append(f" {share * 100:4.1f}%", style="dim")
+    return text
 
 
 def _diff(args: argparse.Namespace, out: Any) -> int:
     from rich.text import Text
 
-    a, _ = _header(args.a)
-    b, _ = _header(args.b)
-    only_a = [n for n in sorted(a, key=_sort_key) if n not in b]
-    only_b = [n for n in sorted(b, key=_sort_key) if n not in a]
-    changed = [n for n in sorted(a, key=_sort_key) if n in b and (a[n].shape != b[n].shape or a[n].dtype != b[n].dtype)]
+    import spruce.io
+    import spruce.view
 
-    def spec(t: Any) -> str:
-        return f"{t.dtype}{_shape(t.shape)}"
+    info_a, info_b = _read_info(args.a), _read_info(args.b)
+    a, b = info_a.tensors, info_b.tensors
+    if args.values:
+        tree_a, tree_b = _load_named(args.a), _load_named(args.b)
+    else:
+        tree_a, tree_b = spruce.io.unflatten_names(a), spruce.io.unflatten_names(b)
+    entries = spruce.view.diff(tree_a, tree_b, values=args.values)
+    by_status: dict[str, list[Any]] = {}
+    for e in entries:
+        by_status.setdefault(e.status, []).append(e)
 
     for label, path, tensors in (("A", args.a, a), ("B", args.b, b)):
         size = sum(t.size for t in tensors.values())
         out.print(Text(f"{label}: {path}  ({_count(len(tensors), 'tensor')}, {size:,} parameters)"))
-    if not (only_a or only_b or changed):
+    removed = sorted(by_status.get("removed", []), key=lambda e: _sort_key(e.name))
+    added = sorted(by_status.get("added", []), key=lambda e: _sort_key(e.name))
+    reshaped = sorted(by_status.get("reshaped", []), key=lambda e: _sort_key(e.name))
+    changed = by_status.get("changed", [])
+    if not (removed or added or reshaped):
         out.print(Text(f"same structure: {_count(len(a), 'tensor')} with the same names, shapes and dtypes", style="green"))
-        return 0
-    sections: list[tuple[str, list[str], str, Callable[[str], str]]] = [
-        ("only in A", only_a, "red", lambda n: f"- {n}  {spec(a[n])}"),
-        ("only in B", only_b, "green", lambda n: f"+ {n}  {spec(b[n])}"),
-        ("different shape or dtype", changed, "yellow", lambda n: f"~ {n}  {spec(a[n])} -> {spec(b[n])}"),
+    sections: list[tuple[str, list[Any], str, Callable[[Any], str]]] = [
+        ("only in A", removed, "red", lambda e: f"- {e.name}  {e.a}"),
+        ("only in B", added, "green", lambda e: f"+ {e.name}  {e.b}"),
+        ("different shape or dtype", reshaped, "yellow", lambda e: f"~ {e.name}  {e.a} -> {e.b}"),
     ]
-    for title, names, style, line in sections:
-        if not names:
+    if args.values:
+        sections.append(("different values, largest relative change first", changed, "magenta",
+                         lambda e: f"~ {e.name}  max abs diff {e.max_abs:.4g}, relative L2 change {e.rel_l2:.4g}"))
+    for title, items, style, line in sections:
+        if not items:
             continue
-        out.print(Text(f"{title} ({len(names)}):", style="bold"))
-        for n in names:
-            out.print(Text("  " + line(n), style=style), soft_wrap=True)
-    return 1
+        out.print(Text(f"{title} ({len(items)}):", style="bold"))
+        for e in items:
+            out.print(Text("  " + line(e), style=style), soft_wrap=True)
+    if args.values:
+        same = len(by_status.get("same", []))
+        out.print(Text(f"values: {len(changed)} of {len(changed) + same} comparable tensors differ",
+                       style="magenta" if changed else "green"))
+    if args.html is not None:
+        page = spruce.view.diff_html(None, None, entries=entries, values=args.values,
+                                     names=(os.path.basename(args.a), os.path.basename(args.b)))
+        _write_text(args.html, page)
+        out.print(Text(f"wrote {args.html} ({format_bytes(len(page.encode()))})"))
+    return 1 if (removed or added or reshaped or changed) else 0
+
+
+def _treemap(args: argparse.Namespace, out: Any) -> int:
+    from rich.text import Text
+
+    import spruce.io
+    import spruce.view
+
+    info = _read_info(args.file)
+    svg = spruce.view.treemap(spruce.io.unflatten_names(info.tensors), color_by=args.color_by,
+                              title=os.path.basename(args.file))
+    _write_text(args.output, svg)
+    out.print(Text(f"wrote {args.output} ({format_bytes(len(svg.encode()))}, {_count(len(info.tensors), 'tensor')})"))
+    return 0
 
 
 def _demo(args: argparse.Namespace, out: Any) -> int:
-    from spruce.models import minilm
+    from spruce import _demo as demo
 
-    minilm.demo()
+    demo.run(out, out_dir=args.out)
     return 0
 
 

@@ -15,7 +15,9 @@ nests by its dotted names (``unflatten_names``).
   straight onto any mesh with ``shardings=``
 - ``read_header(path)`` -> ``{name: TensorInfo(dtype, shape, size, nbytes)}``, no data read
 - ``read_metadata(path)`` -> the file's str -> str metadata
-- ``flatten_names(tree, *, sep='.')`` / ``unflatten_names(flat, *, sep='.')``
+- ``read_info(path)`` -> ``CheckpointInfo(format, tensors, metadata)``, both from one read
+- ``flatten_names(tree, *, sep='.')`` / ``unflatten_names(flat, *, sep='.')``;
+  ``path_name(key_path, sep='.')``, the dotted name of one key path
 - ``StoredNode``: what a Module / dataclass node loads as (without ``like``) when its class
   cannot be found where the file is read
 - ``CheckpointError`` (unreadable / corrupted / unrebuildable file) and ``MismatchError``
@@ -38,28 +40,34 @@ rules for non-array leaves — is documented in docs/io.md.
 7
 """
 
+from ._api import CheckpointInfo as CheckpointInfo
 from ._api import LoadResult as LoadResult
 from ._api import TensorInfo as TensorInfo
 from ._api import load as load
 from ._api import read_header as read_header
+from ._api import read_info as read_info
 from ._api import read_metadata as read_metadata
 from ._api import save as save
 from ._errors import CheckpointError as CheckpointError
 from ._errors import MismatchError as MismatchError
 from ._names import flatten_names as flatten_names
+from ._names import path_name as path_name
 from ._names import unflatten_names as unflatten_names
 from ._sharded import save_sharded as save_sharded
 from ._structure import StoredNode as StoredNode
 
 __all__ = [
     "CheckpointError",
+    "CheckpointInfo",
     "LoadResult",
     "MismatchError",
     "StoredNode",
     "TensorInfo",
     "flatten_names",
     "load",
+    "path_name",
     "read_header",
+    "read_info",
     "read_metadata",
     "save",
     "save_sharded",

@@ -1,4 +1,4 @@
-"""save, load, read_header, read_metadata."""
+"""save, load, read_info, read_header, read_metadata."""
 
 from __future__ import annotations
 
@@ -39,6 +39,21 @@ class TensorInfo(NamedTuple):
     shape: tuple[int, ...]
     size: int
     nbytes: int
+
+
+class CheckpointInfo(NamedTuple):
+    """What ``read_info`` returns: a checkpoint's header, no data read.
+
+    Attributes:
+      format: ``'safetensors'`` or ``'npz'`` (from the suffix, or sniffed from the first bytes
+        for another suffix: the rule ``load`` uses).
+      tensors: ``{name: TensorInfo}`` as ``read_header`` gives it.
+      metadata: the str -> str metadata as ``read_metadata`` gives it.
+    """
+
+    format: str
+    tensors: dict[str, TensorInfo]
+    metadata: dict[str, str]
 
 
 class LoadResult(NamedTuple):
@@ -213,18 +228,7 @@ def read_header(path: PathLike) -> dict[str, TensorInfo]:
     >>> read_header(path)
     {'w': TensorInfo(dtype='float32', shape=(2, 3), size=6, nbytes=24)}
     """
-    p = _fspath(path, "read_header")
-    with _naming(p):
-        parsed = _parse_any(p)
-    names = list(parsed.tensors)
-    try:
-        doc = _doc(parsed)
-        if doc is not None:
-            order = [s.name for s in leaf_table(doc["tree"], parsed.path) if s.tensor and s.name in parsed.tensors]
-            names = list(dict.fromkeys(order + names))
-    except CheckpointError:
-        pass  # a corrupted structure does not stop listing the tensors (load reports it)
-    return {name: _info(parsed.tensors[name]) for name in names}
+    return _read_info(path, "read_header").tensors
 
 
 def read_metadata(path: PathLike) -> dict[str, str]:
@@ -245,9 +249,40 @@ def read_metadata(path: PathLike) -> dict[str, str]:
     >>> meta['epoch'], sorted(meta)
     ('3', ['epoch', 'spruce.treedef'])
     """
-    p = _fspath(path, "read_metadata")
+    return _read_info(path, "read_metadata").metadata
+
+
+def read_info(path: PathLike) -> CheckpointInfo:
+    """A checkpoint's format, tensors and metadata from one read of its header (what
+    ``read_header`` and ``read_metadata`` give, without parsing the file twice).
+
+    Raises:
+      CheckpointError, OSError: as ``read_header``.
+
+    >>> import os, tempfile, numpy as np
+    >>> path = os.path.join(tempfile.mkdtemp(), 'w.npz')
+    >>> save(path, {'w': np.zeros(3, np.int8)}, metadata={'step': '5'})
+    >>> info = read_info(path)
+    >>> info.format, info.tensors, info.metadata['step']
+    ('npz', {'w': TensorInfo(dtype='int8', shape=(3,), size=3, nbytes=3)}, '5')
+    """
+    return _read_info(path, "read_info")
+
+
+def _read_info(path: PathLike, function: str) -> CheckpointInfo:
+    p = _fspath(path, function)
     with _naming(p):
-        return dict(_parse_any(p).metadata)
+        parsed = _parse_any(p)
+    names = list(parsed.tensors)
+    try:
+        doc = _doc(parsed)
+        if doc is not None:
+            order = [s.name for s in leaf_table(doc["tree"], parsed.path) if s.tensor and s.name in parsed.tensors]
+            names = list(dict.fromkeys(order + names))
+    except CheckpointError:
+        pass  # a corrupted structure does not stop listing the tensors (load reports it)
+    tensors = {name: _info(parsed.tensors[name]) for name in names}
+    return CheckpointInfo(parsed.format, tensors, dict(parsed.metadata))
 
 
 def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None) -> None:

@@ -7,7 +7,7 @@ import this package).
   key paths used with ``spruce.io.load(..., rename=)``.
 - ``spruce.models.minilm``: the sentence-embedding model all-MiniLM-L6-v2 —
   ``minilm.load()`` returns the Module, ``minilm.encode(sentences)`` the ``(n, 384)`` float32
-  unit-norm embeddings, ``minilm.demo()`` is the ``spruce demo`` command.
+  unit-norm embeddings (the ``spruce demo`` command shows both).
 
 >>> from spruce.models import minilm
 >>> minilm.EMBEDDING_SIZE

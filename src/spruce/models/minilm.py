@@ -8,8 +8,8 @@ for this model: WordPiece tokens truncated to ``max_seq_length`` (256, from
 ``sentence_bert_config.json``), the mean of the last hidden states over the real (non-padding)
 tokens, then L2 normalisation.
 
-Public API: ``load()`` (the Module), ``encode(sentences)`` (the embeddings), ``demo()`` (the
-``spruce demo`` command), ``model_path()``, ``EMBEDDING_SIZE``.
+Public API: ``load()`` (the Module), ``encode(sentences)`` (the embeddings), ``model_path()``,
+``EMBEDDING_SIZE``.  The ``spruce demo`` command that shows them is in ``spruce._demo``.
 
 Design: ``encode`` runs one ``jax.jit``-compiled function, ``jax.vmap`` over the batch, on
 inputs padded to a few bucket lengths (16, 32, 64, 128, 256 tokens) and bucket batch sizes
@@ -24,7 +24,6 @@ import json
 import os
 import pathlib
 import threading
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -37,7 +36,7 @@ from .bert import BertConfig, BertModel, checkpoint_key
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["EMBEDDING_SIZE", "demo", "encode", "load", "model_path"]
+__all__ = ["EMBEDDING_SIZE", "encode", "load", "model_path"]
 
 #: Size of one embedding (the model's hidden size).
 EMBEDDING_SIZE = 384
@@ -268,155 +267,3 @@ def encode(sentences: Iterable[str], *, batch_size: int = _DEFAULT_BATCH_SIZE) -
     for chunk, result in pending:
         out[chunk] = np.asarray(result)[:len(chunk)]
     return out
-
-
-def demo(console: Any = None) -> None:
-    """The ``spruce demo`` command: all-MiniLM-L6-v2 loaded, summarised, used, saved and reloaded.
-
-    Prints (with rich) the checkpoint as a tree with the parameter count of each subtree
-    (22,713,728 in all), the cosine-similarity matrix of a few sentences and the pairs ranked
-    most similar, then saves the Module with ``spruce.io.save`` to a temporary folder and
-    reloads it with ``spruce.io.load`` with and without ``like=``, checking that both equal the
-    original (``spruce.tree_equal``) and that the embeddings are unchanged.  Takes about 5 s on
-    two CPU cores (most of it the one jit compilation).
-
-    Args:
-      console: a ``rich.console.Console`` to print to; default a new one on stdout (160
-        columns wide when stdout is not a terminal and ``COLUMNS`` is unset, as the CLI).
-
-    Returns None.  Raises the errors of ``load`` (ModuleNotFoundError, FileNotFoundError,
-    ValueError and spruce.io's errors, all one-line messages) for a missing or broken
-    checkpoint, and RuntimeError if a reloaded copy differs (a bug).
-    """
-    import sys
-    import tempfile
-
-    from rich.console import Console
-    from rich.table import Table
-
-    import spruce
-    import spruce.io
-
-    if console is None:
-        wide = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
-        console = Console(file=sys.stdout, highlight=False, width=160 if wide else None)
-    start = time.perf_counter()
-    console.print("[bold]spruce demo[/bold]: all-MiniLM-L6-v2, a pretrained sentence-embedding "
-                  "transformer, as a spruce Module")
-
-    # 1. The checkpoint, loaded through spruce.io into a BertModel.
-    t = time.perf_counter()
-    folder = _folder(None)
-    model = load()
-    s = spruce.summary(model, max_depth=2)
-    console.print(f"\n[bold]1. Load[/bold] {folder / 'model.safetensors'}")
-    console.print(f"   spruce.io.load(path, like=BertModel.skeleton(config), rename=bert.checkpoint_key): "
-                  f"{s.arrays} tensors, {s.params:,} parameters, {_human_bytes(s.bytes)}, "
-                  f"{time.perf_counter() - t:.1f} s")
-    console.print("   names mapped from the checkpoint's to the Module's, e.g.")
-    for name in ("encoder.layer.0.attention.self.query.weight", "encoder.layer.5.output.LayerNorm.bias",
-                 "pooler.dense.weight"):
-        console.print(f"     {name}  ->  {checkpoint_key(name)}")
-    table = Table(title="the Module as a tree (spruce.summary, depth 2)", title_justify="left")
-    table.add_column("subtree")
-    table.add_column("type")
-    for column in ("arrays", "parameters", "bytes"):
-        table.add_column(column, justify="right")
-    for row in s.rows:
-        table.add_row("  " * row.depth + _last_component(row.path), row.type_name, str(row.arrays),
-                      f"{row.params:,}", _human_bytes(row.bytes), style="bold" if row.depth == 0 else None)
-    console.print(table)
-
-    # 2. Embeddings and their cosine similarities.
-    t = time.perf_counter()
-    emb = encode(_DEMO_SENTENCES)
-    elapsed = time.perf_counter() - t
-    sims = emb @ emb.T
-    n = len(_DEMO_SENTENCES)
-    console.print(f"\n[bold]2. Embed[/bold] {n} sentences with minilm.encode: float32{list(emb.shape)}, "
-                  f"rows of norm 1, {elapsed:.1f} s (one jit compilation included)")
-    for i, text in enumerate(_DEMO_SENTENCES):
-        console.print(f"   [{i + 1}] {text}", markup=False)
-    table = Table(title="cosine similarity (emb @ emb.T)", title_justify="left")
-    table.add_column("")
-    for j in range(n):
-        table.add_column(f"\\[{j + 1}]", justify="right")
-    for i in range(n):
-        table.add_row(f"\\[{i + 1}]", *(_similarity_cell(float(sims[i, j]), i == j) for j in range(n)))
-    console.print(table)
-    pairs = sorted(((float(sims[i, j]), i, j) for i in range(n) for j in range(i + 1, n)), reverse=True)
-    table = Table(title=f"the {len(pairs)} pairs ranked, top 4", title_justify="left")
-    table.add_column("rank", justify="right")
-    table.add_column("cosine", justify="right")
-    table.add_column("pair")
-    for rank, (score, i, j) in enumerate(pairs[:4], start=1):
-        table.add_row(str(rank), f"{score:.3f}",
-                      f"\\[{i + 1}] {_DEMO_SENTENCES[i]}  ~  \\[{j + 1}] {_DEMO_SENTENCES[j]}")
-    console.print(table)
-
-    # 3. Save with spruce.io, reload with and without `like`, compare.
-    t = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="spruce-demo-") as tmp:
-        path = pathlib.Path(tmp) / "minilm.safetensors"
-        spruce.io.save(path, model)
-        console.print(f"\n[bold]3. Save and reload[/bold] spruce.io.save(path, model) wrote "
-                      f"{path.name}, {_human_bytes(path.stat().st_size)}")
-        for what, reloaded in (
-            ("spruce.io.load(path, like=model)", spruce.io.load(path, like=model)),
-            ("spruce.io.load(path)", spruce.io.load(path)),
-        ):
-            if not spruce.tree_equal(model, reloaded):
-                raise RuntimeError(f"spruce demo: {what} differs from the saved Module")
-            console.print(f"   [green]ok[/green] {what} -> a {type(reloaded).__name__} of "
-                          f"{spruce.summary(reloaded).params:,} parameters; spruce.tree_equal(model, it) is True")
-    again = encode(_DEMO_SENTENCES)
-    if not np.array_equal(again, emb):
-        raise RuntimeError("spruce demo: the embeddings changed between two runs")
-    console.print(f"   [green]ok[/green] encode again: the same embeddings, bit for bit "
-                  f"({time.perf_counter() - t:.1f} s for this step)")
-    console.print(f"\n[bold]done[/bold] in {time.perf_counter() - start:.1f} s")
-
-
-_DEMO_SENTENCES = (
-    "A man is playing a guitar on stage.",
-    "Someone strums an acoustic guitar in front of an audience.",
-    "The stock market fell sharply on Monday.",
-    "Shares dropped at the start of the week.",
-    "A cat is asleep on the sofa.",
-    "A kitten naps on the couch.",
-)
-
-
-def _last_component(path: str) -> str:
-    """The last entry of a key-path string, for an indented tree: ``'.layers[0]'`` -> ``'[0]'``,
-    ``'.embeddings.layer_norm'`` -> ``'layer_norm'``, ``''`` -> ``'(root)'``.
-
-    >>> [_last_component(p) for p in ("", ".layers[0]", ".embeddings.layer_norm")]
-    ['(root)', '[0]', 'layer_norm']
-    """
-    if not path:
-        return "(root)"
-    cut = max(path.rfind("."), path.rfind("["))
-    return path[cut:] if path[cut] == "[" else path[cut + 1:]
-
-
-def _similarity_cell(value: float, diagonal: bool) -> str:
-    if diagonal:
-        return "[dim]1.000[/dim]"
-    if value >= 0.5:
-        return f"[bold green]{value:.3f}[/bold green]"
-    return f"{value:.3f}"
-
-
-def _human_bytes(n: int) -> str:
-    """``1536`` -> ``'1.5 KiB'``: bytes in binary units, one decimal.
-
-    >>> _human_bytes(100), _human_bytes(90_854_912)
-    ('100 B', '86.6 MiB')
-    """
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
