@@ -38,7 +38,7 @@ from typing import Any, Iterable, Literal, Mapping, NamedTuple, Sequence, Union
 import numpy as np
 
 from . import tree as _tree
-from ._summary import _human
+from ._summary import format_bytes
 from .io._names import flatten_names
 
 __all__ = ["Explanation", "Rules", "ShardingError", "explain", "mesh", "shard", "shardings", "specs"]
@@ -543,7 +543,7 @@ class Explanation:
     def __str__(self) -> str:
         head = ("path", "shape", "dtype", "rule", "spec", "per device", "replicated")
         body = [
-            (r.path or "<root>", str(r.shape), r.dtype, r.rule or "-", str(r.spec), _human(r.bytes_per_device), f"{r.replication}x")
+            (r.path or "<root>", str(r.shape), r.dtype, r.rule or "-", str(r.spec), format_bytes(r.bytes_per_device), f"{r.replication}x")
             for r in self.rows
         ]
         widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
@@ -558,8 +558,8 @@ class Explanation:
         total = sum(self.bytes_per_device.values())
         lines.append("")
         ratio = f" ({total / self.total_bytes:.2f}x one copy)" if self.total_bytes else ""
-        lines.append(f"one copy: {_human(self.total_bytes)}; all devices together: {_human(total)}{ratio}")
-        lines.append("per device: " + ", ".join(f"{d}: {_human(b)}" for d, b in per))
+        lines.append(f"one copy: {format_bytes(self.total_bytes)}; all devices together: {format_bytes(total)}{ratio}")
+        lines.append("per device: " + ", ".join(f"{d}: {format_bytes(b)}" for d, b in per))
         if self.unmatched:
             lines.append("rules that matched nothing: " + ", ".join(repr(p) for p in self.unmatched))
         return "\n".join(lines)
