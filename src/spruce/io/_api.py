@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator, Literal, Mapping, NamedTuple, Union,
 import numpy as np
 
 from .. import tree as _tree
-from . import _npz, _safetensors
+from . import _npz, _safetensors, _torch
 from ._dtypes import NPZ_NAMES, SAFETENSORS_NAMES, describe
 from ._errors import CheckpointError, MismatchError
 from ._files import Entry, MappedFile, Parsed, atomic_write, open_regular, open_same, shape_size, with_path
@@ -98,7 +98,9 @@ def _parse(p: str) -> Parsed:
     with open_regular(p) as f:
         magic = f.read(4)
     if magic in (b"PK\x03\x04", b"PK\x05\x06"):
-        return _npz.parse(p)
+        return _torch.parse(p) if _torch.is_torch_zip(p) else _npz.parse(p)
+    if magic[:1] == b"\x80" or low.endswith((".pt", ".pth", ".bin")):  # a pickle: legacy torch.save
+        return _torch.parse(p)
     return _safetensors.parse(p)
 
 
@@ -141,6 +143,8 @@ def _info(e: Entry) -> TensorInfo:
 
 
 def _doc(parsed: Parsed) -> dict[str, Any] | None:
+    if parsed.structure is not None:
+        return parsed.structure
     raw = parsed.metadata.get(TREEDEF_KEY)
     if raw is None:
         return None
