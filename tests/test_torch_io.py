@@ -384,9 +384,17 @@ def test_torch_tensor_subclass_and_model_refused(tmp_path: pathlib.Path) -> None
         sio.load(path)
 
 
-def test_torch_file_suffixes_and_cli(torch_file: tuple[pathlib.Path, dict[str, Any]], tmp_path: pathlib.Path) -> None:
+def test_torch_file_suffixes_and_cli(torch_file: tuple[pathlib.Path, dict[str, Any]], tmp_path: pathlib.Path, capsys: Any) -> None:
     path, _ = torch_file
     for suffix in (".bin", ".pth", ".ckpt", ""):
         other = tmp_path / f"copy{suffix}"
         other.write_bytes(path.read_bytes())
         assert list(sio.read_header(other)) == list(sio.read_header(path))
+    from spruce.cli import main
+
+    assert main(["inspect", str(path)]) == 0
+    shown = capsys.readouterr().out
+    assert "(pytorch)" in shown and "bf16" in shown and "deep" in shown
+    other = tmp_path / "other.pt"
+    other.write_bytes(path.read_bytes())
+    assert main(["diff", str(path), str(other)]) == 0
