@@ -11,10 +11,14 @@ tokens, then L2 normalisation.
 Public API: ``load()`` (the Module), ``encode(sentences)`` (the embeddings), ``demo()`` (the
 ``spruce demo`` command), ``model_path()``, ``EMBEDDING_SIZE``.
 
-Design: ``encode`` runs one ``jax.jit``-compiled function, ``jax.vmap`` over the batch, on
-inputs padded to a few bucket lengths (16, 32, 64, 128, 256 tokens) and bucket batch sizes
-(powers of two up to ``batch_size``), so at most a handful of shapes are ever compiled.  The
-model on device, the tokenizer and the compiled functions are cached per process.
+Design: ``encode`` sorts the sentences by length and cuts them into batches (as
+sentence-transformers does), and runs one ``jax.jit``-compiled function, ``jax.vmap`` over the
+batch and ``jax.lax.scan`` over the layers, on batches padded to a few lengths (16, 24, 32,
+48, 64, 96, 128, 192, 256 tokens) with ``batch_size`` rows (the last batch: a power of two),
+so at most a handful of shapes are ever compiled, each quickly.  The model on device, the
+tokenizer and the compiled functions are cached per process, and the compiled functions also
+on disk by JAX's persistent compilation cache (``compilation_cache_dir()``; set
+``SPRUCE_JAX_CACHE=off`` to turn it off), so a second process does not compile again.
 """
 
 from __future__ import annotations
@@ -311,7 +315,9 @@ def encode(sentences: Iterable[str], *, batch_size: int = _DEFAULT_BATCH_SIZE) -
       model is loaded or run.
 
     The first call loads the model (about a second) and each new (batch, length) bucket
-    compiles once (about a second); later calls only run the model.
+    compiles once (a fraction of a second), or is read from JAX's persistent compilation
+    cache if an earlier process compiled it (see ``compilation_cache_dir``); later calls only
+    run the model.
 
     >>> e = encode(["A cat sits on the mat.", "A kitten is sitting on a rug.", "Stocks fell."])
     >>> e.shape, e.dtype, bool(np.allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5))
