@@ -110,11 +110,13 @@ def main() -> None:
             e = dict(env, SPRUCE_JAX_CACHE=cache)
             first = run(textwrap.dedent(_SPRUCE.format(src=here, warm=args.warm)), e)
             second = run(textwrap.dedent(_SPRUCE.format(src=here, warm=args.warm)), e)
+        print(f"  spruce: 1st process {first}, 2nd process {second}", flush=True)
         rows["spruce cold (1st process)"].append(float(first["cold"]))  # type: ignore[arg-type]
         rows["spruce cold (2nd process)"].append(float(second["cold"]))  # type: ignore[arg-type]
         rows["spruce warm"].append(statistics.median(first["warm"] + second["warm"]))  # type: ignore[operator]
         if not args.no_torch:
             t = run(textwrap.dedent(_TORCH.format(src=here, warm=args.warm)), env)
+            print(f"  torch: {t}", flush=True)
             rows["torch cold"].append(float(t["cold"]))  # type: ignore[arg-type]
             rows["torch warm"].append(statistics.median(t["warm"]))  # type: ignore[arg-type]
     print(f"{N_SENTENCES} sentences of 3-60 words, 2 threads; medians of {args.repeat} processes")
