@@ -472,7 +472,7 @@ def filter_pure_callback(
     """
     dynamic, static = partition((args, kwargs), is_array)
     shapes, out_static = partition(result_shape_dtypes, _is_struct)
-    shapes = _tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), shapes)
+    shapes = _tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), shapes)  # type: ignore[no-untyped-call]
 
     def host(dyn: Any) -> Any:
         a, kw = combine(dyn, static)

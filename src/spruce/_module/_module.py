@@ -304,7 +304,7 @@ class Module(metaclass=_ModuleMeta):
         if id(self) in _building:
             info = type(self)._spruce_fields
             if name in info.provided:
-                field_default = type(self).__dataclass_fields__[name].default  # type: ignore[attr-defined]
+                field_default = type(self).__dataclass_fields__[name].default
                 if value is field_default:  # (the generated __init__ passing a class-level value on)
                     return
                 raise AttributeError(

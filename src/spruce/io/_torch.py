@@ -192,7 +192,8 @@ class _RebuildParameter(_StandIn):
     def __call__(self, *args: Any) -> _Tensor:
         if len(args) not in (3, 4) or type(args[0]) is not _Tensor:
             raise _Refused(f"{self.name} is not given a tensor")
-        return args[0]  # type: ignore[no-any-return]
+        tensor: _Tensor = args[0]
+        return tensor
 
 
 class _Marker(_StandIn):
@@ -478,7 +479,7 @@ def _member_data(f: IO[bytes], info: zipfile.ZipInfo, size: int, path: str) -> i
     if len(local) != 30 or local[:4] != b"PK\x03\x04":
         raise CheckpointError(f"truncated or corrupted: the local header of {where} is missing", path)
     n, m = struct.unpack("<HH", local[26:30])
-    data = info.header_offset + 30 + n + m
+    data: int = info.header_offset + 30 + n + m
     if data + info.file_size > size:
         raise CheckpointError(
             f"truncated, or {where} lies: its {info.file_size} bytes at offset {data} run past "
@@ -488,7 +489,7 @@ def _member_data(f: IO[bytes], info: zipfile.ZipInfo, size: int, path: str) -> i
     return data
 
 
-def _parse_zip(f: IO[bytes], path: str, size: int) -> tuple[Any, dict[str, Entry]]:
+def _parse_zip(f: IO[bytes], path: str, size: int) -> tuple[Any, dict[str, tuple[int, int]]]:
     try:
         zf = zipfile.ZipFile(f)
     except _ZIP_ERRORS as e:
@@ -529,10 +530,10 @@ def _parse_zip(f: IO[bytes], path: str, size: int) -> tuple[Any, dict[str, Entry
         obj, storages = _unpickle(io.BytesIO(raw), path, legacy=False)
         where: dict[str, tuple[int, int]] = {}
         for key in storages:
-            info = infos.get(f"{prefix}data/{key}")
-            if info is None:
+            member = infos.get(f"{prefix}data/{key}")
+            if member is None:
                 raise CheckpointError(f"truncated or tampered: the storage member {prefix}data/{key} is missing", path)
-            where[key] = (_member_data(f, info, size, path), info.file_size)
+            where[key] = (_member_data(f, member, size, path), member.file_size)
     return obj, where
 
 

@@ -184,7 +184,7 @@ def _enable_compilation_cache() -> None:
     buckets again.  The setting is process-wide (JAX has one cache): other jitted functions
     that take over 0.1 s to compile are cached too.  The folder is created private (0o700): a
     compilation cache is trusted code."""
-    if jax.config.jax_compilation_cache_dir:  # the user's own cache: leave it as it is
+    if getattr(jax.config, "jax_compilation_cache_dir", None):  # the user's own cache: leave it as it is
         return
     folder = compilation_cache_dir()
     if folder is None:
@@ -195,8 +195,8 @@ def _enable_compilation_cache() -> None:
         return  # a read-only home: run without the cache
     from jax.experimental.compilation_cache import compilation_cache
 
-    jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+    jax.config.update("jax_compilation_cache_dir", str(folder))  # type: ignore[no-untyped-call]
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)  # type: ignore[no-untyped-call]
     compilation_cache.reset_cache()  # (JAX decides once per process whether a cache is used)
 
 
