@@ -215,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     png = outdir / "benchmarks.png"
     wrote_png = bench_report.chart(res, png)
     md = outdir / "benchmarks.md"
-    md.write_text(bench_report.markdown(res, png.name if wrote_png else None))
+    # Sections written by hand after the marker (the MiniLM figures of bench_encode.py) are kept.
+    marker = "<!-- hand-written sections below: kept by benchmarks/run.py -->"
+    kept = md.read_text().partition(marker)[2] if md.exists() else ""
+    md.write_text(bench_report.markdown(res, png.name if wrote_png else None) + (f"\n{marker}{kept}" if kept else ""))
     print(bench_report.stdout_summary(res))
     print()
     print(f"wrote {md}" + (f" and {png}" if wrote_png else " (no chart: matplotlib is not installed)"))

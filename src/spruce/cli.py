@@ -22,7 +22,7 @@ from ._summary import format_bytes
 
 __all__ = ["main"]
 
-_DESCRIPTION = "Inspect, compare and draw pytree checkpoints (.safetensors, .npz)."
+_DESCRIPTION = "Inspect, compare and draw pytree checkpoints (.safetensors, .npz, sharded directories, PyTorch .pt/.pth/.bin)."
 
 
 _EPILOG = """\

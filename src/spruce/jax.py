@@ -7,7 +7,8 @@ differentiated values and everything else as static.  Semantics follow Equinox's
 the same names.  ``ravel_pytree`` is jax.flatten_util's, over spruce pytrees.
 
 This module only re-exports: each transform lives in its own module (``_jit.py``,
-``_grad.py``, ``_vmap.py``, ``_ravel.py``).  Importing it also connects spruce's pytree
+``_grad.py``, ``_vmap.py``, ``_ravel.py``; the other filtered transforms — shapes, jaxprs,
+remat, jvp/vjp, Jacobians, custom derivatives, callbacks — in ``_transforms.py``).  Importing it also connects spruce's pytree
 registry with ``jax.tree_util`` (normally already done by the
 import hook described in ``spruce/_jax_bridge.py``).
 """
@@ -19,8 +20,36 @@ from ._grad import filter_value_and_grad as filter_value_and_grad
 from ._jit import filter_jit as filter_jit
 from . import _jax_bridge
 from ._ravel import ravel_pytree as ravel_pytree
+from ._transforms import filter_checkpoint as filter_checkpoint
+from ._transforms import filter_custom_jvp as filter_custom_jvp
+from ._transforms import filter_custom_vjp as filter_custom_vjp
+from ._transforms import filter_eval_shape as filter_eval_shape
+from ._transforms import filter_hessian as filter_hessian
+from ._transforms import filter_jacfwd as filter_jacfwd
+from ._transforms import filter_jacrev as filter_jacrev
+from ._transforms import filter_jvp as filter_jvp
+from ._transforms import filter_make_jaxpr as filter_make_jaxpr
+from ._transforms import filter_pure_callback as filter_pure_callback
+from ._transforms import filter_vjp as filter_vjp
 from ._vmap import filter_vmap as filter_vmap
 
 _jax_bridge.connect()
 
-__all__ = ["filter_grad", "filter_jit", "filter_value_and_grad", "filter_vmap", "ravel_pytree"]
+__all__ = [
+    "filter_checkpoint",
+    "filter_custom_jvp",
+    "filter_custom_vjp",
+    "filter_eval_shape",
+    "filter_grad",
+    "filter_hessian",
+    "filter_jacfwd",
+    "filter_jacrev",
+    "filter_jit",
+    "filter_jvp",
+    "filter_make_jaxpr",
+    "filter_pure_callback",
+    "filter_value_and_grad",
+    "filter_vjp",
+    "filter_vmap",
+    "ravel_pytree",
+]
