@@ -219,3 +219,21 @@ def test_bert_config_errors() -> None:
         BertConfig.from_dict({"position_embedding_type": "relative_key"})
     with pytest.raises(ValueError, match="L <= 12"):
         jax.eval_shape(BertModel.skeleton(TINY), jnp.zeros(13, int))
+
+
+def test_compilation_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    monkeypatch.delenv(minilm.CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert minilm.compilation_cache_dir() == tmp_path / "spruce" / "jax"
+    monkeypatch.setenv(minilm.CACHE_ENV, str(tmp_path / "mine"))
+    assert minilm.compilation_cache_dir() == tmp_path / "mine"
+    for off in ("", "0", "off", "OFF"):
+        monkeypatch.setenv(minilm.CACHE_ENV, off)
+        assert minilm.compilation_cache_dir() is None
+
+
+def test_length_buckets_waste_at_most_a_third() -> None:
+    for n in range(1, 257):
+        b = minilm._length_bucket(n, 256)
+        assert n <= b <= 256 and b in minilm._LENGTHS
+        assert n <= 16 or b <= 1.5 * n

@@ -3,7 +3,7 @@
 ``spruce.tree`` is the engine (``jax.tree``-style short names), ``spruce.tree_util`` the same
 objects under jax.tree_util's names.  The model layer lives at the top level: ``Module`` and
 ``field`` (dataclass-style pytree classes), the filters ``is_array`` / ``is_array_like`` /
-``is_inexact_array`` / ``filter`` / ``partition`` / ``combine``, ``tree_at``, ``tree_equal`` /
+``is_inexact_array`` / ``filter`` / ``partition`` / ``combine``, ``tree_at``, ``apply_updates``, ``tree_equal`` /
 ``assert_tree_equal``, ``summary`` and ``pformat``; layers are in ``spruce.nn`` (imports JAX).
 ``import spruce`` never imports JAX.
 
@@ -29,6 +29,7 @@ from ._summary import SummaryRow as SummaryRow
 from ._summary import summary as summary
 from ._surgery import tree_at as tree_at
 from ._tree import _traverse
+from ._updates import apply_updates as apply_updates
 
 __compiled__: bool = not _traverse.__file__.endswith(".py")
 __version__ = "0.1.0"
@@ -39,6 +40,7 @@ __all__ = [
     "SummaryRow",
     "__compiled__",
     "__version__",
+    "apply_updates",
     "assert_tree_equal",
     "combine",
     "field",

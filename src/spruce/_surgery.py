@@ -25,6 +25,11 @@ _NO_VALUE: Any = object()
 IsLeaf = Callable[[Any], bool] | None
 
 
+class ReplaceCountError(ValueError, TypeError):
+    """tree_at: ``replace`` does not have one value per place ``where`` selected.  A
+    ValueError; also a TypeError, which is what Equinox raises for the same mistake."""
+
+
 class _Leaf:
     """The place of a leaf (or of a subtree ``is_leaf`` accepts): opaque while ``where`` runs."""
 
@@ -285,7 +290,7 @@ def tree_at(
                     f"of {len(places)} values, got {type(replace).__name__}"
                 ) from None
             if len(new_values) != len(places):
-                raise ValueError(
+                raise ReplaceCountError(
                     f"tree_at: where selected {len(places)} places but replace has {len(new_values)} values"
                 )
     else:

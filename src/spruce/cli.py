@@ -19,7 +19,7 @@ from typing import Any, Callable, NamedTuple, NoReturn, Sequence
 
 __all__ = ["main"]
 
-_DESCRIPTION = "Inspect and compare pytree checkpoints (.safetensors, .npz)."
+_DESCRIPTION = "Inspect and compare pytree checkpoints (.safetensors, .npz, PyTorch .pt/.pth/.bin)."
 
 
 class _UsageError(Exception):
@@ -266,14 +266,14 @@ def _matches(name: str, globs: list[str]) -> bool:
 
 def _header(path: str) -> tuple[dict[str, Any], str]:
     import spruce.io
-    from spruce.io._files import open_regular
 
     tensors = spruce.io.read_header(path)
     low = path.lower()
     fmt = "npz" if low.endswith(".npz") else "safetensors"
     if not low.endswith((".npz", ".safetensors")):
-        with open_regular(path) as f:
-            fmt = "npz" if f.read(2) == b"PK" else "safetensors"
+        from spruce.io._api import _parse
+
+        fmt = _parse(path).format  # sniffed: safetensors, npz or pytorch (torch.save)
     return tensors, fmt
 
 

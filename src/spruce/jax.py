@@ -670,3 +670,21 @@ def filter_vmap(
 
     return wrapper
 
+
+
+# The other filtered transforms (shapes, jaxprs, remat, jvp/vjp, Jacobians, custom derivatives,
+# callbacks) live in spruce._transforms.
+from ._transforms import filter_checkpoint as filter_checkpoint  # noqa: E402
+from ._transforms import filter_custom_jvp as filter_custom_jvp  # noqa: E402
+from ._transforms import filter_custom_vjp as filter_custom_vjp  # noqa: E402
+from ._transforms import filter_eval_shape as filter_eval_shape  # noqa: E402
+from ._transforms import filter_hessian as filter_hessian  # noqa: E402
+from ._transforms import filter_jacfwd as filter_jacfwd  # noqa: E402
+from ._transforms import filter_jacrev as filter_jacrev  # noqa: E402
+from ._transforms import filter_jvp as filter_jvp  # noqa: E402
+from ._transforms import filter_make_jaxpr as filter_make_jaxpr  # noqa: E402
+from ._transforms import filter_pure_callback as filter_pure_callback  # noqa: E402
+from ._transforms import filter_vjp as filter_vjp  # noqa: E402
+from ._transforms import __all__ as _transforms_all  # noqa: E402
+
+__all__ += _transforms_all

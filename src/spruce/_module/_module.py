@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import inspect
+import types
 import warnings
 from typing import Any, Callable, dataclass_transform
 
@@ -53,14 +55,38 @@ class _ModuleAux(tuple):  # type: ignore[type-arg]  # (dynamic names, static nam
     __str__ = __repr__
 
 
+class UnsetFieldError(ValueError, TypeError):
+    """A Module's ``__init__`` left a field without a default unassigned.  A ValueError; also a
+    TypeError, which is what Equinox raises for the same mistake."""
+
+
+def _class_provided(cls: type, name: str) -> bool:
+    """True if the field ``name`` of ``cls`` is overridden by the class itself: a property (or
+    other descriptor that is not a dataclass default) where the field is declared, or any class
+    attribute set by a subclass of the declaring class without re-declaring the field (an
+    abstract field made concrete by ``@property`` or ``name = value``).  Such a field is not
+    instance data: it is neither a child nor static, and ``__init__`` need not set it."""
+    owner = next((k for k in cls.__mro__ if name in k.__dict__), None)
+    declarer = next((k for k in cls.__mro__ if name in k.__dict__.get("__annotations__", {})), None)
+    if owner is None or declarer is None:
+        return False
+    if owner is not declarer:
+        return cls.__mro__.index(owner) < cls.__mro__.index(declarer)
+    value = owner.__dict__[name]
+    return isinstance(value, property)
+
+
 class _Fields:
     """What the metaclass computes once per Module class."""
 
-    __slots__ = ("names", "dynamic", "static", "converters", "fill")
+    __slots__ = ("names", "dynamic", "static", "converters", "fill", "provided")
 
     def __init__(self, cls: type) -> None:
-        fields = dataclasses.fields(cls)
-        self.names = frozenset(f.name for f in fields)
+        all_fields = dataclasses.fields(cls)
+        self.names = frozenset(f.name for f in all_fields)
+        # fields the class itself provides (see _class_provided): not instance data
+        self.provided = frozenset(f.name for f in all_fields if _class_provided(cls, f.name))
+        fields = [f for f in all_fields if f.name not in self.provided]
         self.dynamic = tuple(f.name for f in fields if not f.metadata.get(STATIC, False))
         self.static = tuple(f.name for f in fields if f.metadata.get(STATIC, False))
         self.converters: dict[str, Callable[[Any], Any]] = {
@@ -138,6 +164,23 @@ _FROZEN_HELP = (
 )
 
 
+def _has_custom_init(cls: type) -> bool:
+    """Whether ``cls`` keeps a hand-written ``__init__``: its own, or the first one met in the
+    MRO — a Module's (custom unless dataclasses generated it) or a plain class's (always
+    custom).  So ``class C(A, B)`` with a plain ``A`` defining ``__init__`` and a Module ``B``
+    runs ``A.__init__``, as in Equinox."""
+    if "__init__" in cls.__dict__:
+        return True
+    for kls in cls.__mro__[1:]:
+        if kls is object:
+            return False
+        if isinstance(kls, _ModuleMeta):
+            return bool(kls.__dict__.get("_spruce_custom_init", False))
+        if "__init__" in kls.__dict__:
+            return True
+    return False
+
+
 @dataclass_transform(field_specifiers=(field, dataclasses.field))
 class _ModuleMeta(abc.ABCMeta):
     """Turns every subclass of Module into a dataclass, registers it as a pytree node (in
@@ -149,17 +192,35 @@ class _ModuleMeta(abc.ABCMeta):
 
     def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any) -> Any:
         cls = super().__new__(mcs, name, bases, namespace, **kwargs)
-        custom_init = "__init__" in namespace or any(getattr(b, "_spruce_custom_init", False) for b in bases)
-        # A class with its own __init__ (or inheriting a user-written one) keeps it; otherwise
-        # dataclasses generates one from the fields, as equinox does.
+        custom_init = _has_custom_init(cls)
+        # A class with its own __init__ (or inheriting a user-written one, from a Module or from
+        # a plain class before any Module in the MRO) keeps it; otherwise dataclasses generates
+        # one from the fields, as equinox does.
         dataclasses.dataclass(init=not custom_init, repr=False, eq=False)(cls)  # type: ignore[arg-type]  # cls is a metaclass instance, mypy cannot see it is a class
         cls._spruce_custom_init = custom_init
+        # Fields named in the class's own __slots__: the slot descriptors would hide the
+        # instance __dict__ that Modules store fields in, so they are removed.
+        slots = namespace.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if isinstance(cls.__dict__.get(slot), types.MemberDescriptorType) and slot in {
+                f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            }:
+                delattr(cls, slot)
         info = _Fields(cls)
         cls._spruce_fields = info
         flatten, unflatten, keys = _make_node_functions(cls, info)
         _register_with_fixed_keys(cls, flatten, unflatten, keys)
         _jax_hook.register(cls, info.dynamic, flatten, unflatten)
         return cls
+
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        """The signature of the class's ``__init__`` without ``self`` (what calling the class
+        takes), for ``inspect.signature`` and ``help``: the metaclass's own ``__call__`` would
+        show ``(*args, **kwargs)``.  A property of the metaclass, so instances are not
+        affected (``inspect.signature(module)`` is that of ``__call__``)."""
+        sig = inspect.signature(cls.__init__)  # type: ignore[misc]
+        return sig.replace(parameters=list(sig.parameters.values())[1:])
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         kls: Any = cls  # typed as Any: mypy would read the calls below as the metaclass's own
@@ -171,14 +232,14 @@ class _ModuleMeta(abc.ABCMeta):
             kls.__init__(obj, *args, **kwargs)
             d = obj.__dict__
             for name, default, factory in info.fill:
-                if name in d:
+                if name in d or name in info.provided:
                     continue
                 if factory is not dataclasses.MISSING:
                     setattr(obj, name, factory())
                 elif default is not dataclasses.MISSING:
                     setattr(obj, name, default)
                 else:
-                    raise ValueError(
+                    raise UnsetFieldError(
                         f"{cls.__name__}.__init__ did not set the field {name!r}, which has no "
                         f"default; assign self.{name} = ... in __init__ or give it a default"
                     )
@@ -198,7 +259,9 @@ class Module(metaclass=_ModuleMeta):
     Subclass it with annotated fields.  Either let it generate ``__init__`` from the fields
     (as ``@dataclass``), or write ``__init__`` and assign ``self.field = value`` for each field
     (fields left unassigned take their ``default`` / ``default_factory``; a field with neither
-    raises ValueError).  Fields are inherited as with dataclasses; a subclass without its own
+    raises ``UnsetFieldError``, both a ValueError and a TypeError).  A field the class itself
+    provides — a property, or a class attribute set in a subclass — is not instance data (how
+    an abstract field is made concrete).  Fields are inherited as with dataclasses; a subclass without its own
     ``__init__`` inherits a parent's hand-written one.
 
     Construction, in order: ``__init__`` (every assigned value goes through the field's
@@ -240,6 +303,14 @@ class Module(metaclass=_ModuleMeta):
     def __setattr__(self, name: str, value: Any) -> None:
         if id(self) in _building:
             info = type(self)._spruce_fields
+            if name in info.provided:
+                field_default = type(self).__dataclass_fields__[name].default  # type: ignore[attr-defined]
+                if value is field_default:  # (the generated __init__ passing a class-level value on)
+                    return
+                raise AttributeError(
+                    f"cannot set {type(self).__name__}.{name}: the class provides {name!r} "
+                    f"(a property or class attribute overriding the field)"
+                )
             if name in info.names:
                 conv = info.converters.get(name)
                 if conv is not None:

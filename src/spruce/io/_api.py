@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator, Literal, Mapping, NamedTuple, Union,
 import numpy as np
 
 from .. import tree as _tree
-from . import _npz, _safetensors
+from . import _npz, _safetensors, _torch
 from ._dtypes import NPZ_NAMES, SAFETENSORS_NAMES, describe
 from ._errors import CheckpointError, MismatchError
 from ._files import Entry, MappedFile, Parsed, atomic_write, open_regular, open_same, shape_size, with_path
@@ -98,7 +98,9 @@ def _parse(p: str) -> Parsed:
     with open_regular(p) as f:
         magic = f.read(4)
     if magic in (b"PK\x03\x04", b"PK\x05\x06"):
-        return _npz.parse(p)
+        return _torch.parse(p) if _torch.is_torch_zip(p) else _npz.parse(p)
+    if magic[:1] == b"\x80" or low.endswith((".pt", ".pth")):  # a pickle: legacy torch.save
+        return _torch.parse(p)
     return _safetensors.parse(p)
 
 
@@ -141,6 +143,8 @@ def _info(e: Entry) -> TensorInfo:
 
 
 def _doc(parsed: Parsed) -> dict[str, Any] | None:
+    if parsed.structure is not None:
+        return parsed.structure
     raw = parsed.metadata.get(TREEDEF_KEY)
     if raw is None:
         return None
@@ -307,8 +311,11 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
 
     Without ``like``, the structure comes from the file: a file written by spruce is rebuilt
     as it was saved (containers, key order, None holes, namedtuples, Modules with their static
-    fields); arrays are NumPy arrays.  A file without spruce metadata (a Hugging Face or
-    PyTorch checkpoint, a ``numpy.savez`` archive) is nested by ``unflatten_names``: dicts,
+    fields); arrays are NumPy arrays.  A PyTorch checkpoint (a ``torch.save`` file: ``.pt``,
+    ``.pth``, ``.bin``) gives its pickled structure with NumPy arrays for the tensors, read
+    without torch by an unpickler that refuses any global a state dict does not need (the rule
+    of ``torch.load(weights_only=True)``; see docs/io.md).  A file without spruce metadata (a
+    Hugging Face safetensors file, a ``numpy.savez`` archive) is nested by ``unflatten_names``: dicts,
     with lists where the name components are 0, 1, ..., n-1.  Classes are looked up by
     module and name, only in modules already imported (or in packages already imported), and
     built field by field without calling them; a node that cannot be rebuilt (its class is not
@@ -331,8 +338,8 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
     raise CheckpointError without allocating the declared sizes; nothing is ever unpickled.
 
     Args:
-      path: a .safetensors or .npz file (another suffix: the format is sniffed); a str, bytes
-        or os.PathLike.
+      path: a .safetensors, .npz or PyTorch (``torch.save``) file (the format is sniffed from
+        the content unless the suffix is .safetensors or .npz); a str, bytes or os.PathLike.
       like: optional pytree giving the structure and the expected leaves.
       strict: if True, every leaf of ``like`` must be in the file and every tensor of the file
         must be used (for a file with spruce metadata, without ``like``: used by the stored

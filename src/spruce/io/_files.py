@@ -20,7 +20,9 @@ class Entry(NamedTuple):
 
     ``offset`` is the absolute file offset of the data, or -1 for a compressed npz member
     (read through ``member``).  ``view`` is the dtype the stored bytes are reinterpreted as
-    (npz files store ml_dtypes arrays as unsigned integers), or None.
+    (npz files store ml_dtypes arrays as unsigned integers), or None.  ``strides`` are byte
+    strides for a tensor that is a non-contiguous view of its storage (PyTorch files), or None
+    for C order; the reader checked that every element lies inside the file.
     """
 
     dtype: np.dtype[Any]
@@ -31,6 +33,7 @@ class Entry(NamedTuple):
     member: Any = None
     skip: int = 0
     view: np.dtype[Any] | None = None
+    strides: tuple[int, ...] | None = None
 
     @property
     def final_dtype(self) -> np.dtype[Any]:
@@ -39,7 +42,9 @@ class Entry(NamedTuple):
 
 class Parsed(NamedTuple):
     """A checkpoint's header: format name, tensors by name (file order), str->str metadata,
-    and the identity of the file that was parsed (see ``identity``)."""
+    and the identity of the file that was parsed (see ``identity``).  ``structure`` is a
+    ``spruce.treedef`` document a reader derived from the file itself (PyTorch pickles), used
+    instead of one in the metadata."""
 
     path: str
     format: str
@@ -47,6 +52,7 @@ class Parsed(NamedTuple):
     metadata: dict[str, str]
     size: int
     ident: tuple[int, ...]
+    structure: dict[str, Any] | None = None
 
 
 def identity(fd: int) -> tuple[int, ...]:
@@ -141,6 +147,8 @@ class MappedFile:
     def array(self, e: Entry) -> np.ndarray[Any, Any]:
         if self.mm is None or e.nbytes == 0:
             arr = np.zeros(e.shape, e.dtype, order="F" if e.fortran else "C")
+        elif e.strides is not None:
+            arr = np.ndarray(e.shape, e.dtype, buffer=self.mm, offset=e.offset, strides=e.strides)
         else:
             arr = np.ndarray(e.shape, e.dtype, buffer=self.mm, offset=e.offset, order="F" if e.fortran else "C")
         return arr.view(e.view) if e.view is not None else arr

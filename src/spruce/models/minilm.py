@@ -11,10 +11,14 @@ tokens, then L2 normalisation.
 Public API: ``load()`` (the Module), ``encode(sentences)`` (the embeddings), ``demo()`` (the
 ``spruce demo`` command), ``model_path()``, ``EMBEDDING_SIZE``.
 
-Design: ``encode`` runs one ``jax.jit``-compiled function, ``jax.vmap`` over the batch, on
-inputs padded to a few bucket lengths (16, 32, 64, 128, 256 tokens) and bucket batch sizes
-(powers of two up to ``batch_size``), so at most a handful of shapes are ever compiled.  The
-model on device, the tokenizer and the compiled functions are cached per process.
+Design: ``encode`` sorts the sentences by length and cuts them into batches (as
+sentence-transformers does), and runs one ``jax.jit``-compiled function, ``jax.vmap`` over the
+batch and ``jax.lax.scan`` over the layers, on batches padded to a few lengths (16, 24, 32,
+48, 64, 96, 128, 192, 256 tokens) with ``batch_size`` rows (the last batch: a power of two),
+so at most a handful of shapes are ever compiled, each quickly.  The model on device, the
+tokenizer and the compiled functions are cached per process, and the compiled functions also
+on disk by JAX's persistent compilation cache (``compilation_cache_dir()``; set
+``SPRUCE_JAX_CACHE=off`` to turn it off), so a second process does not compile again.
 """
 
 from __future__ import annotations
@@ -32,18 +36,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import spruce
+
 from .bert import BertConfig, BertModel, checkpoint_key
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["EMBEDDING_SIZE", "demo", "encode", "load", "model_path"]
+__all__ = ["CACHE_ENV", "EMBEDDING_SIZE", "compilation_cache_dir", "demo", "encode", "load", "model_path"]
 
 #: Size of one embedding (the model's hidden size).
 EMBEDDING_SIZE = 384
 
 _DEFAULT_BATCH_SIZE = 32  # sentence-transformers' default
-_MIN_BUCKET = 16
 
 
 def model_path() -> pathlib.Path:
@@ -118,9 +123,14 @@ def load(path: str | os.PathLike[str] | None = None) -> BertModel:
 
 
 class _Encoder(NamedTuple):
-    """What ``encode`` needs, built once per process: the model on device, the tokenizer."""
+    """What ``encode`` needs, built once per process: the model on device split for
+    ``_embed_batch`` (the embeddings; the layers' arrays stacked along a new leading axis, and
+    the static rest of one layer), and the tokenizer."""
 
     model: BertModel
+    embeddings: Any
+    layers: Any
+    layer_static: Any
     tokenizer: Tokenizer
     max_length: int
 
@@ -141,23 +151,76 @@ def _get_encoder() -> _Encoder:
             # max_seq_length instead, and padding is done here, to bucket lengths.
             tok.no_padding()
             tok.enable_truncation(max_length)
+            _enable_compilation_cache()
             model = jax.device_put(load())
-            _encoder = _Encoder(model, tok, max_length)
+            arrays, static = spruce.partition(list(model.layers), spruce.is_array)
+            stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *arrays)
+            _encoder = _Encoder(model, model.embeddings, stacked, static[0], tok, max_length)
         return _encoder
+
+
+#: Environment variable naming the folder of JAX's persistent compilation cache used by
+#: ``encode``; empty, ``0`` or ``off`` turns the cache off.
+CACHE_ENV = "SPRUCE_JAX_CACHE"
+
+
+def compilation_cache_dir() -> pathlib.Path | None:
+    """The folder where ``encode`` keeps JAX's persistent compilation cache, or None if off.
+
+    ``$SPRUCE_JAX_CACHE`` if set (empty, ``0`` or ``off``: no cache), else
+    ``$XDG_CACHE_HOME/spruce/jax`` (``~/.cache/spruce/jax``).  JAX keys each entry by the
+    computation, the JAX and jaxlib versions and the device, so stale entries are never used.
+    """
+    env = os.environ.get(CACHE_ENV)
+    if env is not None:
+        return None if env.strip().lower() in ("", "0", "off", "false", "no") else pathlib.Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "spruce" / "jax"
+
+
+def _enable_compilation_cache() -> None:
+    """Turn on JAX's persistent compilation cache (in ``compilation_cache_dir()``) unless the
+    user configured one or turned it off, so that a second process does not compile the length
+    buckets again.  The setting is process-wide (JAX has one cache): other jitted functions
+    that take over 0.1 s to compile are cached too.  The folder is created private (0o700): a
+    compilation cache is trusted code."""
+    if jax.config.jax_compilation_cache_dir:  # the user's own cache: leave it as it is
+        return
+    folder = compilation_cache_dir()
+    if folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:
+        return  # a read-only home: run without the cache
+    from jax.experimental.compilation_cache import compilation_cache
+
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+    compilation_cache.reset_cache()  # (JAX decides once per process whether a cache is used)
 
 
 # Number of times the batch function below has been traced (i.e. compiled) in this process.
 _traces = 0
 
 
-def _embed_batch(model: BertModel, input_ids: jax.Array, attention_mask: jax.Array) -> jax.Array:
+def _embed_batch(embeddings: Any, layers: Any, layer_static: Any, input_ids: jax.Array, attention_mask: jax.Array) -> jax.Array:
     """Unit-norm mean-pooled embeddings of a padded batch: int32 ``(B, L)`` ids and mask
-    (1 for real tokens) -> float32 ``(B, hidden)``.  A row whose mask is all zero gives zeros."""
+    (1 for real tokens) -> float32 ``(B, hidden)``.  A row whose mask is all zero gives zeros.
+
+    The model is ``BertModel.__call__`` written as a ``jax.lax.scan`` over the layers (their
+    arrays stacked, ``_Encoder.layers``): the same computation, but XLA compiles one layer
+    instead of six, which makes each new bucket shape compile several times faster."""
     global _traces
     _traces += 1
 
     def one(ids: jax.Array, mask: jax.Array) -> jax.Array:
-        hidden = model(ids, mask)
+        real = mask != 0
+
+        def step(x: jax.Array, arrays: Any) -> tuple[jax.Array, None]:
+            return spruce.combine(arrays, layer_static)(x, real), None
+
+        hidden, _ = jax.lax.scan(step, embeddings(ids), layers)
         m = mask.astype(hidden.dtype)[:, None]
         # Mean over the real tokens, then x / max(|x|, 1e-12): the semantics of
         # sentence-transformers' Pooling (mean tokens, count clamped at 1e-9) and Normalize.
@@ -183,6 +246,25 @@ def _bucket(n: int, limit: int, smallest: int = 1) -> int:
         raise ValueError(f"_bucket: {n} items do not fit in {limit}")
     size = 1 << max(0, (max(n, smallest) - 1).bit_length())
     return min(size, limit)
+
+
+# Padded sequence lengths: steps of at most 1.5x (a batch wastes at most a third of its tokens
+# on padding, about a sixth on average, against a half and a quarter for powers of two), few
+# enough that a first process compiles only a handful of shapes.
+_LENGTHS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+def _length_bucket(n: int, limit: int) -> int:
+    """The padded length for a batch whose longest sentence has ``n`` tokens: the smallest
+    of ``_LENGTHS`` that holds it, capped at ``limit`` (the truncation length).
+
+    >>> [_length_bucket(n, 256) for n in (2, 16, 17, 25, 50, 100, 200, 256)]
+    [16, 16, 24, 32, 64, 128, 256, 256]
+    """
+    for size in _LENGTHS:
+        if size >= n:
+            return min(size, limit)
+    return limit
 
 
 def _check_sentences(sentences: Iterable[str]) -> list[str]:
@@ -233,7 +315,9 @@ def encode(sentences: Iterable[str], *, batch_size: int = _DEFAULT_BATCH_SIZE) -
       model is loaded or run.
 
     The first call loads the model (about a second) and each new (batch, length) bucket
-    compiles once (about a second); later calls only run the model.
+    compiles once (a fraction of a second), or is read from JAX's persistent compilation
+    cache if an earlier process compiled it (see ``compilation_cache_dir``); later calls only
+    run the model.
 
     >>> e = encode(["A cat sits on the mat.", "A kitten is sitting on a rug.", "Stocks fell."])
     >>> e.shape, e.dtype, bool(np.allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5))
@@ -249,22 +333,23 @@ def encode(sentences: Iterable[str], *, batch_size: int = _DEFAULT_BATCH_SIZE) -
         return out
     enc = _get_encoder()
     ids = [e.ids for e in enc.tokenizer.encode_batch(items, add_special_tokens=True)]
-    # Group the sentences by padded length, longest first; run each group in batch_size chunks.
-    groups: dict[int, list[int]] = {}
-    for i in sorted(range(len(ids)), key=lambda i: -len(ids[i])):
-        groups.setdefault(_bucket(len(ids[i]), enc.max_length, _MIN_BUCKET), []).append(i)
+    # As sentence-transformers: sort by length (longest first) and cut into batch_size
+    # chunks, so each batch holds sentences of similar length; each is padded to the length
+    # bucket of its longest sentence, and only the last (shortest) chunk can have fewer rows
+    # (padded up to a power of two).
+    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
     pending = []
-    for length, members in groups.items():
-        for start in range(0, len(members), batch_size):
-            chunk = members[start:start + batch_size]
-            rows = _bucket(len(chunk), batch_size)
-            batch_ids = np.zeros((rows, length), np.int32)
-            batch_mask = np.zeros((rows, length), np.int32)
-            for r, i in enumerate(chunk):
-                batch_ids[r, :len(ids[i])] = ids[i]
-                batch_mask[r, :len(ids[i])] = 1
-            # Dispatched asynchronously: the next batch is prepared while this one runs.
-            pending.append((chunk, _embed_jit(enc.model, batch_ids, batch_mask)))
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        length = _length_bucket(len(ids[chunk[0]]), enc.max_length)
+        rows = _bucket(len(chunk), batch_size)
+        batch_ids = np.zeros((rows, length), np.int32)
+        batch_mask = np.zeros((rows, length), np.int32)
+        for r, i in enumerate(chunk):
+            batch_ids[r, :len(ids[i])] = ids[i]
+            batch_mask[r, :len(ids[i])] = 1
+        # Dispatched asynchronously: the next batch is prepared while this one runs.
+        pending.append((chunk, _embed_jit(enc.embeddings, enc.layers, enc.layer_static, batch_ids, batch_mask)))
     for chunk, result in pending:
         out[chunk] = np.asarray(result)[:len(chunk)]
     return out

@@ -26,8 +26,13 @@ def _as_shape(shape: Any, layer: str) -> tuple[int, ...]:
 
 
 def _compute_dtype(x: jax.Array) -> Any:
-    # Statistics in at least float32 (bf16/f16 inputs lose too much precision otherwise).
-    return jnp.promote_types(x.dtype, jnp.float32)
+    # Statistics in at least float32 (bf16/f16 inputs lose too much precision otherwise),
+    # chosen without JAX's promotion rules, so that it works under
+    # jax_numpy_dtype_promotion='strict' (where bfloat16 and float32 do not promote).
+    dt = jnp.dtype(x.dtype)
+    if jnp.issubdtype(dt, jnp.complexfloating) or (jnp.issubdtype(dt, jnp.floating) and dt.itemsize >= 4):
+        return dt
+    return jnp.dtype(jnp.float32)
 
 
 class LayerNorm(Module):
@@ -75,13 +80,20 @@ class LayerNorm(Module):
 
 
 def _scale_shift(out: jax.Array, x: jax.Array, weight: jax.Array | None, bias: jax.Array | None) -> jax.Array:
-    """``out * weight + bias`` (each optional), cast to the promoted dtype of x and the params."""
-    if weight is not None:
-        out = out * weight
-    if bias is not None:
-        out = out + bias
+    """``out * weight + bias`` (each optional), cast to the promoted dtype of x and the params.
+
+    Every operand is cast explicitly (and no promotion is asked for when x and the params share
+    a dtype), so it runs under ``jax_numpy_dtype_promotion='strict'``."""
     params = [p for p in (weight, bias) if p is not None]
-    return out.astype(jnp.result_type(x, *params))
+    final = x.dtype if all(p.dtype == x.dtype for p in params) else jnp.result_type(x, *params)
+    wider = [p for p in params if jnp.dtype(p.dtype).itemsize > out.dtype.itemsize]
+    ctype = jnp.result_type(out, *wider) if wider else out.dtype
+    out = out.astype(ctype)
+    if weight is not None:
+        out = out * weight.astype(ctype)
+    if bias is not None:
+        out = out + bias.astype(ctype)
+    return out.astype(final)
 
 
 class RMSNorm(Module):

@@ -1,0 +1,129 @@
+"""spruce.models.minilm.encode against sentence-transformers on PyTorch, side by side.
+
+Each measurement runs in a fresh process (so "cold" is really cold): the first ``encode`` of
+512 random sentences of 3-60 words (model loading included), then warm calls on the same
+sentences.  spruce runs three ways: with an empty JAX compilation cache (cold, first process),
+with the cache the first process filled (cold, second process), and warm.  Both libraries get
+2 threads.  The machine may be shared: every figure is the median of ``--repeat`` processes.
+
+    python benchmarks/bench_encode.py [--repeat 3] [--warm 5]
+
+Needs sentence-transformers and torch (not dependencies of spruce) for the peer's column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+N_SENTENCES = 512
+
+_WORDS = (
+    "the of and to in is was he for it with as his on be at by had are but from or have an they "
+    "which one you were all her she there would their we him been has when who will no more if "
+    "out so said what up its about than into them can only other time new some could these two "
+    "may first then do any like my now over such our man me even most made after also did many "
+    "off before must well back through years much where your way down should because long each "
+    "just state people those too how little good world very still own see men work day get "
+    "here between both life being under never know same last another while us might great old "
+    "year come since against go came right used take three himself few house use during without "
+    "again place around however home small found thought went say part once general high upon "
+    "school every does got united left number course war until always away something fact "
+    "though water less public put think almost hand enough far took head yet government system "
+    "better set told nothing night end why called didn't eyes find going look asked later knew "
+    "point next city program business give group toward young days let room president side "
+    "social present given several order national second possible rather per face among form "
+    "important often things looked early white case john become large big need four within felt "
+    "along children saw best church ever least power development light thing seemed family "
+    "interest want members mind country area others done turned although open god service "
+    "certain kind problem began different door thus help sense means whole matter perhaps itself"
+).split()
+
+
+def sentences(n: int = N_SENTENCES, seed: int = 0) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        words = [rng.choice(_WORDS) for _ in range(rng.randint(3, 60))]
+        out.append(" ".join(words).capitalize() + ".")
+    return out
+
+
+_SPRUCE = """
+import time, json, sys
+sys.path.insert(0, {src!r})
+from bench_encode import sentences
+S = sentences()
+from spruce.models import minilm
+t = time.perf_counter(); minilm.encode(S); cold = time.perf_counter() - t
+warm = []
+for _ in range({warm}):
+    t = time.perf_counter(); minilm.encode(S); warm.append(time.perf_counter() - t)
+print(json.dumps({{"cold": cold, "warm": warm}}))
+"""
+
+_TORCH = """
+import time, json, sys
+sys.path.insert(0, {src!r})
+from bench_encode import sentences
+S = sentences()
+import torch
+torch.set_num_threads(2)
+from sentence_transformers import SentenceTransformer
+from spruce.models import minilm
+path = str(minilm.model_path())
+t = time.perf_counter()
+model = SentenceTransformer(path, device="cpu")
+model.encode(S, normalize_embeddings=True)
+cold = time.perf_counter() - t
+warm = []
+for _ in range({warm}):
+    t = time.perf_counter(); model.encode(S, normalize_embeddings=True); warm.append(time.perf_counter() - t)
+print(json.dumps({{"cold": cold, "warm": warm}}))
+"""
+
+
+def run(code: str, env: dict[str, str]) -> dict[str, object]:
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--warm", type=int, default=5)
+    ap.add_argument("--no-torch", action="store_true")
+    args = ap.parse_args()
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, OMP_NUM_THREADS="2", MKL_NUM_THREADS="2", TOKENIZERS_PARALLELISM="false")
+    rows: dict[str, list[float]] = {k: [] for k in ("spruce cold (1st process)", "spruce cold (2nd process)", "spruce warm", "torch cold", "torch warm")}
+    for _ in range(args.repeat):
+        with tempfile.TemporaryDirectory() as cache:
+            e = dict(env, SPRUCE_JAX_CACHE=cache)
+            first = run(textwrap.dedent(_SPRUCE.format(src=here, warm=args.warm)), e)
+            second = run(textwrap.dedent(_SPRUCE.format(src=here, warm=args.warm)), e)
+        rows["spruce cold (1st process)"].append(float(first["cold"]))  # type: ignore[arg-type]
+        rows["spruce cold (2nd process)"].append(float(second["cold"]))  # type: ignore[arg-type]
+        rows["spruce warm"].append(statistics.median(first["warm"] + second["warm"]))  # type: ignore[operator]
+        if not args.no_torch:
+            t = run(textwrap.dedent(_TORCH.format(src=here, warm=args.warm)), env)
+            rows["torch cold"].append(float(t["cold"]))  # type: ignore[arg-type]
+            rows["torch warm"].append(statistics.median(t["warm"]))  # type: ignore[arg-type]
+    print(f"{N_SENTENCES} sentences of 3-60 words, 2 threads; medians of {args.repeat} processes")
+    print(f"{'':28} {'seconds':>8} {'sentences/s':>12}")
+    for name, xs in rows.items():
+        if xs:
+            m = statistics.median(xs)
+            print(f"{name:28} {m:8.2f} {N_SENTENCES / m:12.0f}   (runs: {', '.join(f'{x:.2f}' for x in xs)})")
+
+
+if __name__ == "__main__":
+    main()

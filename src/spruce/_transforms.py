@@ -1,0 +1,484 @@
+"""Filtered JAX transforms beyond jit/grad/vmap: shapes, jaxprs, remat, forward/reverse
+products, Jacobians, custom derivatives and host callbacks, for functions of any pytree.
+
+The common pattern: the arguments are split with ``spruce.partition`` into the array leaves
+(traced by JAX) and everything else (closed over, never seen by JAX); non-array parts of the
+output travel back through JAX as ``_Static``, a pytree node with no children whose node data
+is the value.  Semantics follow Equinox's functions of the same names; differences are noted
+in each docstring.  Imports JAX (re-exported by ``spruce.jax``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from . import tree as _tree
+from ._filters import combine, partition
+from ._module._arrays import is_array, is_inexact_array
+
+__all__ = [
+    "filter_checkpoint",
+    "filter_custom_jvp",
+    "filter_custom_vjp",
+    "filter_eval_shape",
+    "filter_hessian",
+    "filter_jacfwd",
+    "filter_jacrev",
+    "filter_jvp",
+    "filter_make_jaxpr",
+    "filter_pure_callback",
+    "filter_vjp",
+]
+
+
+class _Static:
+    """A pytree node without children whose node data is ``value``: carries non-array
+    outputs through a JAX transform untouched."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+jax.tree_util.register_pytree_node(_Static, lambda s: ((), s.value), lambda value, _: _Static(value))
+
+
+def _is_none(x: Any) -> bool:
+    return x is None
+
+
+def _is_struct(x: Any) -> bool:
+    return is_array(x) or isinstance(x, jax.ShapeDtypeStruct)
+
+
+def _wraps(fun: Any, wrapper: Callable[..., Any]) -> Callable[..., Any]:
+    try:
+        functools.update_wrapper(wrapper, fun, updated=())
+    except AttributeError:  # (a callable object without __name__ & co.)
+        pass
+    return wrapper
+
+
+def _split_out(out: Any) -> tuple[Any, _Static]:
+    arrays, other = partition(out, is_array)
+    return arrays, _Static(other)
+
+
+# -- shapes and jaxprs ---------------------------------------------------------------------------
+
+
+def filter_eval_shape(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """The output of ``fun(*args, **kwargs)`` with every array leaf as a
+    ``jax.ShapeDtypeStruct``, computed without running anything (``jax.eval_shape``).
+
+    Args may be any pytrees: array leaves and ``jax.ShapeDtypeStruct`` placeholders are traced,
+    every other leaf (Python numbers, functions, strings) is passed as it is; ``fun`` itself
+    may be a Module (its arrays are traced too).  Non-array leaves of the output are returned
+    as they are.  Follows ``equinox.filter_eval_shape``.
+
+    >>> import jax.numpy as jnp, spruce.nn as nn, jax
+    >>> lin = filter_eval_shape(nn.Linear, 3, 2, key=jax.random.key(0))
+    >>> lin.weight
+    ShapeDtypeStruct(shape=(2, 3), dtype=float32)
+    """
+    dynamic, static = partition((fun, args, kwargs), _is_struct)
+
+    def run(dyn: Any) -> Any:
+        f, a, kw = combine(dyn, static)
+        return _split_out(f(*a, **kw))
+
+    out, out_static = jax.eval_shape(run, dynamic)
+    return combine(out, out_static.value)
+
+
+def filter_make_jaxpr(fun: Callable[..., Any]) -> Callable[..., tuple[Any, Any, Any]]:
+    """``jax.make_jaxpr`` for a function of any pytrees.
+
+    Returns:
+      A function of the same arguments returning ``(closed_jaxpr, out_dynamic, out_static)``:
+      the ``jax.core.ClosedJaxpr`` whose inputs are the array leaves (and
+      ``jax.ShapeDtypeStruct`` placeholders) of ``(args, kwargs)`` in ``spruce.tree`` order,
+      the output's array leaves as ``jax.ShapeDtypeStruct`` (None elsewhere), and the output's
+      other leaves (None at the arrays).  ``combine(out_dynamic, out_static)`` is the shape of
+      the output.  Follows ``equinox.filter_make_jaxpr``.
+    """
+
+    def make(*args: Any, **kwargs: Any) -> tuple[Any, Any, Any]:
+        dynamic, static = partition((args, kwargs), _is_struct)
+        leaves, treedef = _tree.flatten(dynamic)
+
+        def run(*flat: Any) -> Any:
+            a, kw = combine(treedef.unflatten(list(flat)), static)
+            return _split_out(fun(*a, **kw))
+
+        jaxpr, (out, out_static) = jax.make_jaxpr(run, return_shape=True)(*leaves)
+        return jaxpr, out, out_static.value
+
+    return _wraps(fun, make)
+
+
+# -- rematerialisation ---------------------------------------------------------------------------
+
+
+def filter_checkpoint(
+    fun: Callable[..., Any] | None = None, *, prevent_cse: bool = True, policy: Callable[..., bool] | None = None
+) -> Any:
+    """``jax.checkpoint`` (rematerialisation) for a function of any pytrees: under reverse-mode
+    differentiation its intermediate values are recomputed in the backward pass instead of
+    stored.
+
+    Args:
+      fun: called as ``fun(*args, **kwargs)``; may return any pytree.  Usable as
+        ``@filter_checkpoint`` or ``@filter_checkpoint(policy=...)``.
+      prevent_cse, policy: as ``jax.checkpoint`` (``policy`` one of
+        ``jax.checkpoint_policies``).
+
+    Returns:
+      A function with ``fun``'s arguments and output.  Follows ``equinox.filter_checkpoint``.
+    """
+    if fun is None:
+        return functools.partial(filter_checkpoint, prevent_cse=prevent_cse, policy=policy)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        dynamic, static = partition((fun, args, kwargs), is_array)
+
+        @functools.partial(jax.checkpoint, prevent_cse=prevent_cse, policy=policy)
+        def run(dyn: Any) -> Any:
+            f, a, kw = combine(dyn, static)
+            return _split_out(f(*a, **kw))
+
+        out, out_static = run(dynamic)
+        return combine(out, out_static.value)
+
+    return _wraps(fun, wrapper)
+
+
+# -- forward and reverse products ----------------------------------------------------------------
+
+
+def filter_jvp(fun: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], **kwargs: Any) -> tuple[Any, Any]:
+    """``jax.jvp`` for a function of any pytrees: ``(fun(*primals, **kwargs), J @ tangents)``.
+
+    Args:
+      fun: called as ``fun(*primals, **kwargs)``; may return any pytree.
+      primals: the positional arguments, a sequence of pytrees.
+      tangents: the same structure as ``primals`` with ``None`` for a zero tangent (and for
+        every leaf that is not a floating-point or complex array or a Python float); other
+        leaves are arrays of the primal's shape and dtype.
+      kwargs: passed to ``fun``, not differentiated.
+
+    Returns:
+      ``(primals_out, tangents_out)``: ``tangents_out`` has the structure of ``primals_out``,
+      with an array for every floating-point array leaf of the output and None elsewhere.
+
+    Raises:
+      ValueError: ``primals`` and ``tangents`` differ in structure.
+
+    Follows ``equinox.filter_jvp``, except that an output that does not depend on the inputs
+    gets a zero tangent rather than None.
+    """
+    p_def = _tree.structure(tuple(primals), is_leaf=_is_none)
+    t_def = _tree.structure(tuple(tangents), is_leaf=_is_none)
+    if p_def != t_def:
+        raise ValueError(f"filter_jvp: primals and tangents must have the same structure, got {p_def} and {t_def}")
+    spec = _tree.map(lambda t: t is not None, tuple(tangents), is_leaf=_is_none)
+    diff, nondiff = partition(tuple(primals), spec, is_leaf=_is_none)
+    flat, treedef = _tree.flatten(diff)
+    flat_t = _tree.leaves(tuple(tangents))
+
+    def run(*xs: Any) -> Any:
+        args = combine(treedef.unflatten(list(xs)), nondiff)
+        return _split_out(fun(*args, **kwargs))
+
+    (out, out_static), (t_out, _) = jax.jvp(run, tuple(flat), tuple(flat_t))
+    t_out = _tree.map(lambda o, t: t if is_inexact_array(o) else None, out, t_out)
+    return combine(out, out_static.value), t_out
+
+
+def filter_vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
+    """``jax.vjp`` for a function of any pytrees.
+
+    Returns:
+      ``(primals_out, vjp_fn)``, or ``(primals_out, vjp_fn, aux)`` with ``has_aux=True``
+      (``fun`` then returns ``(output, aux)``).  ``vjp_fn(cotangent)`` takes a cotangent with
+      the structure of ``primals_out`` — arrays at its floating-point array leaves, None
+      elsewhere — and returns a tuple with one cotangent per primal: arrays at the
+      floating-point array leaves, None elsewhere.  Follows ``equinox.filter_vjp``.
+    """
+    diff, nondiff = partition(primals, is_inexact_array)
+
+    def run(*d: Any) -> Any:
+        out = fun(*combine(d, nondiff))
+        aux = None
+        if has_aux:
+            out, aux = out
+        out_diff, out_rest = partition(out, is_inexact_array)
+        rest_arrays, rest_static = _split_out((out_rest, aux))
+        return out_diff, (rest_arrays, rest_static)
+
+    out_diff, vjp_fn, (rest, rest_static) = jax.vjp(run, *diff, has_aux=True)
+    out_rest, aux = combine(rest, rest_static.value)
+    out = combine(out_diff, out_rest)
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def _jacobian(fun: Callable[..., Any], has_aux: bool, rev: bool) -> Callable[..., Any]:
+    transform = jax.jacrev if rev else jax.jacfwd
+
+    def jac(x: Any, *args: Any, **kwargs: Any) -> Any:
+        diff, nondiff = partition(x, is_inexact_array)
+
+        def run(d: Any) -> Any:
+            out = fun(combine(d, nondiff), *args, **kwargs)
+            return out if has_aux else (out, None)
+
+        out, aux = transform(run, has_aux=True)(diff)
+        return (out, aux) if has_aux else out
+
+    return _wraps(fun, jac)
+
+
+def filter_jacfwd(fun: Callable[..., Any], has_aux: bool = False) -> Callable[..., Any]:
+    """The Jacobian of ``fun`` with respect to the floating-point arrays of its first
+    argument, by forward-mode differentiation (``jax.jacfwd``).
+
+    The returned function takes ``fun``'s arguments (any pytrees; the others are not
+    differentiated) and returns the Jacobian: for each output leaf, a pytree like the first
+    argument with ``output.shape + leaf.shape`` arrays at its floating-point array leaves and
+    None elsewhere; with ``has_aux=True``, ``(jacobian, aux)``.  The output (and aux) must be
+    JAX arrays.  Follows ``equinox.filter_jacfwd``.
+    """
+    return _jacobian(fun, has_aux, rev=False)
+
+
+def filter_jacrev(fun: Callable[..., Any], has_aux: bool = False) -> Callable[..., Any]:
+    """As ``filter_jacfwd``, by reverse-mode differentiation (``jax.jacrev``).  Follows
+    ``equinox.filter_jacrev``."""
+    return _jacobian(fun, has_aux, rev=True)
+
+
+def filter_hessian(fun: Callable[..., Any], has_aux: bool = False) -> Callable[..., Any]:
+    """The Hessian of a scalar ``fun`` with respect to the floating-point arrays of its first
+    argument: ``filter_jacfwd(filter_jacrev(fun))`` (as ``jax.hessian``); with
+    ``has_aux=True``, ``(hessian, aux)``.  Follows ``equinox.filter_hessian``."""
+    return filter_jacfwd(filter_jacrev(fun, has_aux=has_aux), has_aux=has_aux)
+
+
+# -- custom derivatives --------------------------------------------------------------------------
+
+
+def _zero_to_none(t: Any) -> Any:
+    return None if isinstance(t, jax.custom_derivatives.SymbolicZero) else t
+
+
+def _none_to_zero(t: Any, x: Any) -> Any:
+    if t is not None or x is None:
+        return t
+    return jax.custom_derivatives.SymbolicZero(jax.typeof(x).to_tangent_aval())
+
+
+def _tangent_or_none(t: Any, x: Any) -> Any:
+    if isinstance(t, jax.custom_derivatives.SymbolicZero) or not jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+        return None
+    return t
+
+
+class filter_custom_jvp:
+    """``jax.custom_jvp`` for a function of any pytrees, without ``nondiff_argnums``.
+
+    Decorate the function, then its rule with ``.def_jvp``::
+
+        @filter_custom_jvp
+        def f(x, y, *, fn): ...
+
+        @f.def_jvp
+        def f_jvp(primals, tangents, *, fn):
+            x, y = primals
+            tx, ty = tangents   # None: a zero tangent (not differentiated, or not a float array)
+            return f(x, y, fn=fn), out_tangent
+
+    The array leaves of the positional arguments are the primals; every other leaf (and every
+    keyword argument) is passed through undifferentiated.  A tangent is None for each
+    non-array leaf and each array whose tangent is zero.  The rule returns
+    ``(out, tangent_out)``, ``tangent_out`` with None for zero tangents; the output must be
+    JAX arrays.  Follows ``equinox.filter_custom_jvp``.
+    """
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+        def wrapped(static: Any, dynamic: Any) -> Any:
+            args, kwargs = combine(dynamic, static.value)
+            return fn(*args, **kwargs)
+
+        self._custom = jax.custom_jvp(wrapped, nondiff_argnums=(0,))
+        functools.update_wrapper(self, fn, updated=())
+
+    def def_jvp(self, fn_jvp: Callable[..., Any]) -> Callable[..., Any]:
+        """Set the rule ``fn_jvp(primals, tangents, **kwargs) -> (out, tangent_out)``."""
+
+        def rule(static: Any, primals: Any, tangents: Any) -> Any:
+            (dynamic,) = primals
+            (t_dynamic,) = tangents
+            t_args, t_kwargs = _tree.map(_tangent_or_none, t_dynamic, dynamic)
+            if _tree.leaves(t_kwargs):
+                raise ValueError("filter_custom_jvp: keyword arguments are never differentiated")
+            args, kwargs = combine(dynamic, static.value)
+            out, t_out = fn_jvp(args, t_args, **kwargs)
+            t_out = _tree.map(_none_to_zero, t_out, out, is_leaf=_is_none)
+            return out, t_out
+
+        self._custom.defjvp(rule, symbolic_zeros=True)
+        return fn_jvp
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        dynamic, static = partition((args, kwargs), is_array)
+        return self._custom(_Static(static), dynamic)
+
+
+class filter_custom_vjp:
+    """``jax.custom_vjp`` for a function of any pytrees, differentiated with respect to its
+    first argument only.
+
+    ::
+
+        @filter_custom_vjp
+        def f(vjp_arg, *args, **kwargs): ...          # any pytrees in and out
+
+        @f.def_fwd
+        def f_fwd(perturbed, vjp_arg, *args, **kwargs):
+            return out, residuals                      # residuals: any pytree
+
+        @f.def_bwd
+        def f_bwd(residuals, grad_out, perturbed, vjp_arg, *args, **kwargs):
+            return grad_vjp_arg                        # like vjp_arg; None for zero
+
+    ``perturbed`` has the structure of ``vjp_arg``: True at each floating-point array leaf
+    being differentiated, False elsewhere.  ``grad_out`` has None at output leaves that are not
+    differentiated.  Array leaves of ``args``/``kwargs`` are not differentiated (their
+    gradient is zero).  Follows ``equinox.filter_custom_vjp``.
+
+    Raises:
+      RuntimeError: called before both ``def_fwd`` and ``def_bwd``; a backward rule returning
+        a gradient whose structure is not that of ``vjp_arg``'s floating-point arrays.
+    """
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.fn_fwd: Callable[..., Any] | None = None
+        self.fn_bwd: Callable[..., Any] | None = None
+        self._custom: Any = None
+        functools.update_wrapper(self, fn, updated=())
+
+    def def_fwd(self, fn_fwd: Callable[..., Any]) -> Callable[..., Any]:
+        """Set the forward rule ``fn_fwd(perturbed, vjp_arg, *args, **kwargs) -> (out, residuals)``."""
+        self.fn_fwd = fn_fwd
+        self._define()
+        return fn_fwd
+
+    def def_bwd(self, fn_bwd: Callable[..., Any]) -> Callable[..., Any]:
+        """Set the backward rule ``fn_bwd(residuals, grad_out, perturbed, vjp_arg, *args, **kwargs)``."""
+        self.fn_bwd = fn_bwd
+        self._define()
+        return fn_bwd
+
+    def _define(self) -> None:
+        if self.fn_fwd is None or self.fn_bwd is None:
+            return
+        fn, fn_fwd, fn_bwd = self.fn, self.fn_fwd, self.fn_bwd
+
+        def split_out(out: Any) -> Any:
+            arrays, other = partition(out, is_array)
+            diff, nondiff = partition(arrays, is_inexact_array)
+            return diff, nondiff, _Static(other)
+
+        def primal(static: Any, diff: Any, nondiff: Any, arrays: Any) -> Any:
+            s_vjp, s_args = static.value
+            args, kwargs = combine(s_args, arrays)
+            return split_out(fn(combine(s_vjp, diff, nondiff), *args, **kwargs))
+
+        def fwd(static: Any, diff: Any, nondiff: Any, arrays: Any) -> Any:
+            s_vjp, s_args = static.value
+            perturbed_diff = _tree.map(lambda p: p.perturbed, diff)
+            diff = _tree.map(lambda p: p.value, diff)
+            nondiff = _tree.map(lambda p: p.value, nondiff)
+            arrays = _tree.map(lambda p: p.value, arrays)
+            perturbed = combine(
+                _tree.map(lambda _: False, s_vjp), _tree.map(lambda _: False, nondiff), perturbed_diff
+            )
+            args, kwargs = combine(s_args, arrays)
+            vjp_arg = combine(s_vjp, diff, nondiff)
+            out, residuals = fn_fwd(perturbed, vjp_arg, *args, **kwargs)
+            res_arrays, res_other = partition(residuals, is_array)
+            return split_out(out), (res_arrays, _Static(res_other), diff, nondiff, arrays, _Static(perturbed))
+
+        def bwd(static: Any, res: Any, grad_out: Any) -> Any:
+            s_vjp, s_args = static.value
+            res_arrays, res_other, diff, nondiff, arrays, perturbed = res
+            residuals = combine(res_arrays, res_other.value)
+            args, kwargs = combine(s_args, arrays)
+            g = _tree.map(_zero_to_none, grad_out[0])
+            grad = fn_bwd(residuals, g, perturbed.value, combine(s_vjp, diff, nondiff), *args, **kwargs)
+            if _tree.structure(grad, is_leaf=_is_none) != _tree.structure(diff, is_leaf=_is_none):
+                raise RuntimeError(
+                    "filter_custom_vjp: the backward rule must return a gradient with the structure "
+                    "of the first argument's floating-point arrays (spruce.filter(vjp_arg, "
+                    "spruce.is_inexact_array)), with None for zero gradients"
+                )
+            grad = _tree.map(_none_to_zero, grad, diff, is_leaf=_is_none)
+            return grad, None, None
+
+        custom = jax.custom_vjp(primal, nondiff_argnums=(0,))
+        custom.defvjp(fwd, bwd, symbolic_zeros=True)
+        self._custom = custom
+
+    def __call__(self, vjp_arg: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if self._custom is None:
+            raise RuntimeError(f"filter_custom_vjp: def_fwd and def_bwd must both be called before {getattr(self.fn, '__name__', 'the function')} is")
+        arrays, s_vjp = partition(vjp_arg, is_array)
+        diff, nondiff = partition(arrays, is_inexact_array)
+        a_arrays, s_args = partition((args, kwargs), is_array)
+        a_arrays = jax.lax.stop_gradient(a_arrays)
+        nondiff = jax.lax.stop_gradient(nondiff)
+        out_diff, out_nondiff, out_other = self._custom(_Static((s_vjp, s_args)), diff, nondiff, a_arrays)
+        return combine(out_diff, out_nondiff, out_other.value)
+
+
+# -- host callbacks ------------------------------------------------------------------------------
+
+
+def filter_pure_callback(
+    callback: Callable[..., Any], *args: Any, result_shape_dtypes: Any, vmap_method: str | None = None, **kwargs: Any
+) -> Any:
+    """``jax.pure_callback`` for a callback of any pytrees: run Python on the host from
+    inside jitted code.
+
+    Args:
+      callback: called as ``callback(*args, **kwargs)`` with host arrays at the array leaves
+        (what ``jax.pure_callback`` passes);
+        must be pure (JAX may skip or repeat it) and return arrays of ``result_shape_dtypes``
+        at its array leaves (other leaves are ignored).
+      args, kwargs: any pytrees; array leaves are passed to the host, others as they are.
+      result_shape_dtypes: the output's structure, with ``jax.ShapeDtypeStruct`` (or arrays)
+        at the leaves the callback computes; other leaves are returned as given.
+      vmap_method: as ``jax.pure_callback``.
+
+    Follows ``equinox.filter_pure_callback``.
+    """
+    dynamic, static = partition((args, kwargs), is_array)
+    shapes, out_static = partition(result_shape_dtypes, _is_struct)
+    shapes = _tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), shapes)
+
+    def host(dyn: Any) -> Any:
+        a, kw = combine(dyn, static)
+        out = callback(*a, **kw)
+        got, _ = partition(out, _is_struct)
+        return got
+
+    out = jax.pure_callback(host, shapes, dynamic, vmap_method=vmap_method)
+    return combine(out, out_static)
