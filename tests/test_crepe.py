@@ -41,8 +41,9 @@ def _cents(f: np.ndarray, f0: float) -> np.ndarray:
 
 
 @needs_weights
-@pytest.mark.parametrize("capacity", ["tiny", "full"])
+@pytest.mark.parametrize("capacity", ["tiny", pytest.param("full", marks=pytest.mark.slow)])
 def test_activations_match_torchcrepe(capacity: str) -> None:
+    # full: 49 frames, about 2 minutes on two busy cores (marked slow; a few frames below)
     ref = _reference()
     names = _signals(ref, capacity)
     assert len(names) >= 3
@@ -52,6 +53,18 @@ def test_activations_match_torchcrepe(capacity: str) -> None:
         got = crepe.activations(audio, capacity=capacity, hop_length=hop)
         assert got.dtype == np.float32 and got.shape == expected.shape == (1 + len(audio) // hop, 360), name
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4, err_msg=f"{capacity} {name}")
+
+
+@needs_weights
+def test_full_model_a_few_frames_match_torchcrepe() -> None:
+    import jax
+
+    ref = _reference()
+    model = crepe.load("full")
+    for name, rows in (("tone_880", [0, 4]), ("noise", [3])):
+        f = crepe.frames(ref[f"{name}.audio"], hop_length=int(ref[f"{name}.hop_length"]))[rows]
+        got = np.asarray(crepe._forward_jit(jax.device_put(model), f))
+        np.testing.assert_allclose(got, ref[f"{name}.full"][rows], rtol=0, atol=1e-4, err_msg=name)
 
 
 @needs_weights

@@ -84,6 +84,8 @@ def _parser() -> _Parser:
         "demo",
         help="run the main demo: the pretrained all-MiniLM-L6-v2 transformer as a spruce Module",
     )
+    demo.add_argument("model", nargs="?", choices=("minilm", "crepe"), default="minilm",
+                      help="minilm (default), or crepe: the CREPE pitch tracker on a synthesised melody")
     demo.set_defaults(func=_demo)
     p.commands = {"inspect": ins, "diff": dif, "demo": demo}
     return p
@@ -365,6 +367,11 @@ def _diff(args: argparse.Namespace, out: Any) -> int:
 
 
 def _demo(args: argparse.Namespace, out: Any) -> int:
+    if args.model == "crepe":
+        from spruce._demo_crepe import demo as crepe_demo
+
+        crepe_demo(out)
+        return 0
     from spruce.models import minilm
 
     minilm.demo()

@@ -336,7 +336,8 @@ def activations(audio: Any, sample_rate: int = SAMPLE_RATE, *, capacity: str = "
       hop_length: samples between frame centres (default 160: 10 ms).
       center: pad as torchcrepe's ``preprocess(pad=True)`` (see ``frames``).
       batch_size: frames per call of the compiled function (bounds memory: the full model
-        holds about 2 MB per frame; the last batch is zero-padded, so one shape is compiled).
+        holds about 2 MB per frame).  Batches are zero-padded to ``batch_size`` frames, or
+        for fewer frames to the next power of two, so few shapes are ever compiled.
 
     Returns:
       float32 NumPy array ``(frames, 360)``, ``frames = 1 + samples // hop_length`` with
@@ -355,7 +356,8 @@ def activations(audio: Any, sample_rate: int = SAMPLE_RATE, *, capacity: str = "
     if n == 0:
         return np.zeros((0, PITCH_BINS), np.float32)
     model = _device_model(capacity)
-    size = min(int(batch_size), n)
+    # Batches of a power-of-two size up to batch_size, so few shapes are ever compiled.
+    size = min(int(batch_size), 1 << (n - 1).bit_length())
     padded = np.zeros((-(-n // size) * size, WINDOW_SIZE), np.float32)
     padded[:n] = f
     results = [_forward_jit(model, padded[i:i + size]) for i in range(0, len(padded), size)]
