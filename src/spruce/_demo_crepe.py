@@ -28,7 +28,7 @@ def note_name(frequency: float) -> str:
     """The nearest equal-tempered note (A4 = 440 Hz) and the offset in cents: ``'A4 +3'``.
 
     >>> note_name(440.0), note_name(261.0)
-    ('A4 +0', 'C4 -11')
+    ('A4 +0', 'C4 -4')
     """
     midi = 69 + 12 * np.log2(frequency / 440.0)
     nearest = int(round(midi))

@@ -337,7 +337,7 @@ def activations(audio: Any, sample_rate: int = SAMPLE_RATE, *, capacity: str = "
       center: pad as torchcrepe's ``preprocess(pad=True)`` (see ``frames``).
       batch_size: frames per call of the compiled function (bounds memory: the full model
         holds about 2 MB per frame).  Batches are zero-padded to ``batch_size`` frames, or
-        for fewer frames to the next power of two, so few shapes are ever compiled.
+        for fewer frames to the next power of two (at least 16), so few shapes are compiled.
 
     Returns:
       float32 NumPy array ``(frames, 360)``, ``frames = 1 + samples // hop_length`` with
@@ -356,8 +356,8 @@ def activations(audio: Any, sample_rate: int = SAMPLE_RATE, *, capacity: str = "
     if n == 0:
         return np.zeros((0, PITCH_BINS), np.float32)
     model = _device_model(capacity)
-    # Batches of a power-of-two size up to batch_size, so few shapes are ever compiled.
-    size = min(int(batch_size), 1 << (n - 1).bit_length())
+    # Batches of a power-of-two size (at least 16) up to batch_size: few shapes ever compiled.
+    size = min(int(batch_size), 1 << (max(n, 16) - 1).bit_length())
     padded = np.zeros((-(-n // size) * size, WINDOW_SIZE), np.float32)
     padded[:n] = f
     results = [_forward_jit(model, padded[i:i + size]) for i in range(0, len(padded), size)]
@@ -388,7 +388,7 @@ def decode(activations: Any) -> tuple[np.ndarray, np.ndarray]:
     >>> a = np.zeros((1, 360), np.float32); a[0, 100:102] = 0.5
     >>> f, c = decode(a)
     >>> round(float(f[0]), 1), float(c[0])
-    (100.3, 0.5)
+    (101.2, 0.5)
     """
     a = np.asarray(activations, dtype=np.float64)
     if a.ndim != 2 or a.shape[1] != PITCH_BINS:
