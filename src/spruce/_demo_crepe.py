@@ -21,7 +21,7 @@ _HOP = 160  # 10 ms
 
 
 def _hz(midi: float) -> float:
-    return 440.0 * 2.0 ** ((midi - 69) / 12)
+    return float(440.0 * 2.0 ** ((midi - 69) / 12))
 
 
 def note_name(frequency: float) -> str:

@@ -113,10 +113,12 @@ class CrepeBlock(Module):
 
     def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: int,
                  padding: tuple[int, int], *, key: jax.Array) -> None:
-        self.conv = nn.Conv2d(in_channels, out_channels, (kernel, 1), stride=(stride, 1),
+        # (type: ignore: mypy reads Conv2d's and MaxPool2d's __init__ as dataclass-generated
+        # from their fields, not as the one they inherit)
+        self.conv = nn.Conv2d(in_channels, out_channels, (kernel, 1), stride=(stride, 1),  # type: ignore[call-arg, arg-type]
                               padding=(padding, (0, 0)), key=key)
         self.norm = nn.BatchNorm(out_channels, eps=_BN_EPS, momentum=0.0, inference=True)
-        self.pool = nn.MaxPool2d((2, 1), (2, 1))
+        self.pool = nn.MaxPool2d((2, 1), (2, 1))  # type: ignore[call-arg]
 
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
         return self.pool(self.norm(jax.nn.relu(self.conv(x))))
@@ -360,7 +362,7 @@ def activations(audio: Any, sample_rate: int = SAMPLE_RATE, *, capacity: str = "
     size = min(int(batch_size), 1 << (max(n, 16) - 1).bit_length())
     padded = np.zeros((-(-n // size) * size, WINDOW_SIZE), np.float32)
     padded[:n] = f
-    results = [_forward_jit(model, padded[i:i + size]) for i in range(0, len(padded), size)]
+    results = [_forward_jit(model, jnp.asarray(padded[i:i + size])) for i in range(0, len(padded), size)]
     return np.concatenate([np.asarray(r) for r in results])[:n]
 
 
