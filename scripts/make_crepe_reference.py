@@ -53,18 +53,22 @@ def signals() -> dict[str, tuple[np.ndarray, int, float, tuple[str, ...]]]:
     k = np.log(f_end / f_start) / duration
     chirp = (0.5 * np.sin(2 * np.pi * f_start * (np.exp(k * t) - 1) / k)).astype(np.float32)
     noise = (0.3 * rng.standard_normal(int(0.25 * SAMPLE_RATE))).astype(np.float32)
-    both = ("tiny", "full")
+    tiny, full = ("tiny",), ("full",)
     return {
-        "tone_110": (_tone(110.0, 0.25, 0.8), 200, 110.0, ("tiny",)),
-        "tone_220": (_tone(220.0, 0.25), 160, 220.0, both),
-        "tone_440": (_tone(440.0, 0.25, 0.1), 160, 440.0, ("tiny",)),
-        "tone_880": (_tone(880.0, 0.2), 400, 880.0, both),
-        "tone_1500": (_tone(1500.0, 0.2, 0.3), 400, 1500.0, ("tiny",)),
-        "chirp": (chirp, 320, float("nan"), ("tiny",)),
-        "chirp_full": (chirp, 1600, float("nan"), ("full",)),
-        "noise": (noise, 500, float("nan"), both),
-        "short": (_tone(330.0, 0.04), 100, 330.0, ("tiny",)),
-        "silence": (np.zeros(2000, np.float32), 1000, float("nan"), ("tiny",)),
+        "tone_110": (_tone(110.0, 0.25, 0.8), 200, 110.0, tiny),
+        "tone_220": (_tone(220.0, 0.25), 160, 220.0, tiny),
+        "tone_440": (_tone(440.0, 0.25, 0.1), 160, 440.0, tiny),
+        "tone_880": (_tone(880.0, 0.2), 400, 880.0, tiny),
+        "tone_1500": (_tone(1500.0, 0.2, 0.3), 400, 1500.0, tiny),
+        "chirp": (chirp, 320, float("nan"), tiny),
+        "noise": (noise, 500, float("nan"), tiny),
+        "short": (_tone(330.0, 0.04), 100, 330.0, tiny),
+        "silence": (np.zeros(2000, np.float32), 1000, float("nan"), tiny),
+        # the full model: 5 frames per signal
+        "full_tone_220": (_tone(220.0, 0.25), 1000, 220.0, full),
+        "full_tone_880": (_tone(880.0, 0.2), 800, 880.0, full),
+        "full_chirp": (chirp, 1600, float("nan"), full),
+        "full_noise": (noise, 1000, float("nan"), full),
     }
 
 

@@ -339,7 +339,8 @@ def activations(audio: Any, sample_rate: int = SAMPLE_RATE, *, capacity: str = "
       center: pad as torchcrepe's ``preprocess(pad=True)`` (see ``frames``).
       batch_size: frames per call of the compiled function (bounds memory: the full model
         holds about 2 MB per frame).  Batches are zero-padded to ``batch_size`` frames, or
-        for fewer frames to the next power of two (at least 16), so few shapes are compiled.
+        for fewer frames to the next power of two (at least 16 for tiny), so few shapes
+        are compiled.
 
     Returns:
       float32 NumPy array ``(frames, 360)``, ``frames = 1 + samples // hop_length`` with
@@ -358,8 +359,9 @@ def activations(audio: Any, sample_rate: int = SAMPLE_RATE, *, capacity: str = "
     if n == 0:
         return np.zeros((0, PITCH_BINS), np.float32)
     model = _device_model(capacity)
-    # Batches of a power-of-two size (at least 16) up to batch_size: few shapes ever compiled.
-    size = min(int(batch_size), 1 << (max(n, 16) - 1).bit_length())
+    # Batches of a power-of-two size up to batch_size: few shapes ever compiled.  At least 16
+    # frames for tiny (compilation costs more than computing padding frames), any for full.
+    size = min(int(batch_size), 1 << (max(n, 16 if capacity == "tiny" else 1) - 1).bit_length())
     padded = np.zeros((-(-n // size) * size, WINDOW_SIZE), np.float32)
     padded[:n] = f
     results = [_forward_jit(model, jnp.asarray(padded[i:i + size])) for i in range(0, len(padded), size)]
