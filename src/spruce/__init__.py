@@ -28,9 +28,9 @@ from ._summary import Summary as Summary
 from ._summary import SummaryRow as SummaryRow
 from ._summary import summary as summary
 from ._surgery import tree_at as tree_at
-from ._tree import _traverse
+from ._tree._depth import COMPILED as _COMPILED
 
-__compiled__: bool = not _traverse.__file__.endswith(".py")
+__compiled__: bool = _COMPILED
 __version__ = "0.1.0"
 
 __all__ = [

@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict, defaultdict, deque
 from typing import TYPE_CHECKING, Any, Final, Iterable
 
-from ._errors import changed_size, mismatch_detail, nodes_of, path_of, path_text, short_repr
+from ._errors import changed_size, clip, mismatch_detail, nodes_of, path_of, path_text, short_repr
 from ._registry import (
     CUSTOM,
     DEFAULTDICT,
@@ -144,7 +144,7 @@ class PyTreeDef:
                 few = "too many"
             raise ValueError(
                 f"unflatten: {few} leaves: the PyTreeDef has {self._num_leaves} leaves, but "
-                f"{given} (structure: {_clip(short_repr(self, 200), 200)})"
+                f"{given} (structure: {short_repr(self, 200)})"
             )
         nodes = self._nodes
         if nodes is None:
@@ -369,10 +369,6 @@ def _check_treedef(x: object, what: str) -> None:
 
 class _Placeholder:
     """A stand-in leaf used to rebuild a tree from a structure alone."""
-
-
-def _clip(s: str, n: int) -> str:
-    return s if len(s) <= n else s[: n - 3] + "..."
 
 
 def _data_eq(a: Any, b: Any) -> bool:
