@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from ._depth import COMPILED, CycleFound, MismatchFound, begin_walk, end_walk
 from ._errors import changed_size, cycle_error, mismatch_error
 from ._pure import map1 as pure_map1  # the uncompiled build's map (never compiled itself)
-from ._keys import SEQUENCE_KEYS, keystr, sequence_keys  # noqa: F401  (keystr: map_with_path doctest)
+from ._keys import SEQUENCE_KEYS, DictKey, keystr, sequence_keys  # noqa: F401  (DictKey, keystr: doctests)
 from ._registry import EMPTY, LEAF, LIST, SHIFT, TUPLE, build, expand, expand_with_keys, match_children
 from ._treedef import PyTreeDef
 from ._walker import Walker, leaf_path
@@ -292,11 +292,14 @@ def flatten_with_path(
 
     Returns ``([(path, leaf), ...], treedef)`` where each path is a tuple of key entries
     (DictKey, SequenceKey, GetAttrKey, FlattenedIndexKey, or a registered class's own keys).
-    Takes and raises as ``flatten``.
+    Takes and raises as ``flatten``, except that with ``is_leaf_takes_path=True`` (as in
+    jax.tree_util) ``is_leaf`` is called as ``is_leaf(path, x)``, the root's path being ``()``.
 
     >>> pairs, _ = flatten_with_path({'a': [5]})
     >>> pairs
     [((DictKey(key='a'), SequenceKey(idx=0)), 5)]
+    >>> flatten_with_path({'a': [5], 'b': [6]}, lambda p, x: p == (DictKey('b'),), True)[0]
+    [((DictKey(key='a'), SequenceKey(idx=0)), 5), ((DictKey(key='b'),), [6])]
     """
     out: list[tuple[tuple[Any, ...], Any]] = []
     codes: list[int] = []
@@ -322,7 +325,8 @@ def flatten_with_path(
 def leaves_with_path(
     tree: Any, is_leaf: Callable[..., Any] | None = None, is_leaf_takes_path: bool = False, *, none_is_leaf: bool = False
 ) -> list[tuple[tuple[Any, ...], Any]]:
-    """``[(path, leaf), ...]``, as jax.tree_util.tree_leaves_with_path.  See flatten_with_path."""
+    """``[(path, leaf), ...]``, as jax.tree_util.tree_leaves_with_path (``is_leaf_takes_path``
+    included).  See flatten_with_path."""
     return flatten_with_path(tree, is_leaf, is_leaf_takes_path, none_is_leaf=none_is_leaf)[0]
 
 
@@ -365,7 +369,8 @@ def map_with_path(
     none_is_leaf: bool = False,
 ) -> Any:
     """As ``map``, but calls ``f(path, x, *ys)`` with the key path of each leaf, as
-    jax.tree_util.tree_map_with_path.
+    jax.tree_util.tree_map_with_path; with ``is_leaf_takes_path=True``, ``is_leaf`` is called
+    as ``is_leaf(path, x)``.
 
     >>> map_with_path(lambda p, x: f"{keystr(p)}={x}", {'a': [1]})
     {'a': ["['a'][0]=1"]}

@@ -307,20 +307,11 @@ class PyTreeDef:
             or self._codes != other._codes
         ):
             return False
-        # Node data is compared with ==; if user aux data refers back to these very
-        # PyTreeDefs, Python's own recursion check turns that into a RecursionError.
-        a, b = self._data, other._data
-        for i in range(len(a)):
-            x = a[i]
-            y = b[i]
-            if x is y:
-                continue
-            if type(x) is CustomData and type(y) is CustomData:
-                if not x.equals(y):
-                    return False
-            elif not bool(x == y):
-                return False
-        return True
+        # Node data is compared with == (one C-level list comparison: identical entries, the
+        # usual case with shared dict shapes and None for lists and tuples, cost no call); if
+        # user aux data refers back to these very PyTreeDefs, Python's own recursion check
+        # turns that into a RecursionError.
+        return bool(self._data == other._data)
 
     def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)
