@@ -96,14 +96,14 @@ class ScalingResult:
 
 def spruce_deep_threshold() -> int | None:
     """spruce's depth past which walks switch from recursion to an explicit stack with cycle
-    detection (``_errors.DEEP``), if exposed.
+    detection (``_depth.DEEP``), if exposed.
 
     The chain is also timed at this depth and one level less, to show the cost of the guard.
     """
     try:
-        from spruce._tree import _errors
+        from spruce._tree import _depth
 
-        deep = getattr(_errors, "DEEP", None)
+        deep = getattr(_depth, "DEEP", None)
     except ImportError:
         return None
     return int(deep) if isinstance(deep, int) else None
@@ -159,7 +159,7 @@ def run_scaling(sizes: list[int], depths: list[int], with_jax: bool, rounds: int
         depths = sorted(set(depths) | {deep - 1, deep})
         res.notes.append(
             f"spruce walks the first {deep:,} levels by recursion and deeper levels with an explicit frame stack and "
-            f"cycle detection (`spruce._tree._errors.DEEP`); the chain is timed at depths {deep - 1:,} and {deep:,} "
+            f"cycle detection (`spruce._tree._depth.DEEP`); the chain is timed at depths {deep - 1:,} and {deep:,} "
             "to show what the switch costs per level."
         )
     jax_depths: list[int] = []

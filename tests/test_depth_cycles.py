@@ -332,7 +332,7 @@ def test_cycles_raise_naming_cycle_and_closing_path(case: str) -> None:
 THREAD_STACK_SCRIPT = """
 import json, threading
 import spruce.tree as st
-from spruce._tree import _errors
+from spruce._tree import _depth
 
 def chain(depth, kind):
     # returns the chain and its node at depth 1000 (where a nested walk starts)
@@ -373,13 +373,13 @@ def run(stack_kib, nested):
     th.join()
     return out
 
-print(json.dumps({"deep": _errors.DEEP, "compiled": _errors.COMPILED,
+print(json.dumps({"deep": _depth.DEEP, "compiled": _depth.COMPILED,
                   "single": run(512, False), "nested": run(1024, True)}))
 """
 
 
 def test_deep_walks_fit_in_small_thread_stacks() -> None:
-    # The first DEEP levels of a walk are C recursion in the compiled build (see _errors.DEEP):
+    # The first DEEP levels of a walk are C recursion in the compiled build (see _depth.DEEP):
     # any single walk must fit in a 512 KiB thread stack, and a walk started by a callback of
     # another walk in 1 MiB (CPython's own thread stacks are larger).  A C stack overflow kills
     # the interpreter, so this runs in a fresh one.
@@ -409,7 +409,7 @@ def test_deep_walks_fit_in_small_thread_stacks() -> None:
 NESTED_WALKS_SCRIPT = """
 import json, threading
 import spruce.tree as T
-from spruce._tree import _errors
+from spruce._tree import _depth
 
 def chain(d, leaf):
     x = leaf
@@ -436,7 +436,7 @@ threading.stack_size(512 * 1024)
 t = threading.Thread(target=run)
 t.start()
 t.join()
-print(json.dumps({"compiled": _errors.COMPILED, "out": out, "active": _errors.WALKS.active}))
+print(json.dumps({"compiled": _depth.COMPILED, "out": out, "active": _depth.WALKS.active}))
 """
 
 

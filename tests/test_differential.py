@@ -17,6 +17,7 @@ from typing import Any
 import hypothesis.strategies as hs
 import jax.tree_util as jtu
 import optree
+import pytest
 from hypothesis import given, settings
 
 import spruce.tree as st
@@ -213,6 +214,72 @@ def test_map_with_path_matches_jax(tree: Any) -> None:
     want = jtu.tree_map_with_path(lambda p, x: (_key_reprs(p), x), tree)
     assert repr(st.structure(got)) == repr(jtu.tree_structure(want))
     assert st.leaves(got) == jtu.tree_leaves(want)
+
+
+def _path_pred(calls: list[tuple[tuple[str, ...], str]]) -> Any:
+    """An is_leaf that takes (path, x): records each call, and stops at every node whose path
+    ends in key 'a' or index 1 (so the answer depends on the path, not only on x)."""
+
+    def pred(path: tuple[Any, ...], x: Any) -> bool:
+        calls.append((_key_reprs(path), type(x).__name__))
+        return bool(path) and repr(path[-1]) in ("DictKey(key='a')", "SequenceKey(idx=1)")
+
+    return pred
+
+
+@given(JAX_TREES)
+def test_is_leaf_takes_path_matches_jax(tree: Any) -> None:
+    calls: list[tuple[tuple[str, ...], str]] = []
+    jcalls: list[tuple[tuple[str, ...], str]] = []
+    pairs, treedef = st.flatten_with_path(tree, _path_pred(calls), True)
+    jpairs, jtreedef = jtu.tree_flatten_with_path(tree, _path_pred(jcalls), True)
+    assert calls == jcalls  # the same objects asked, with the same paths, in the same order
+    assert [_key_reprs(p) for p, _ in pairs] == [_key_reprs(p) for p, _ in jpairs]
+    assert_leaves_equal([x for _, x in pairs], [x for _, x in jpairs])
+    assert repr(treedef) == repr(jtreedef)
+    calls.clear()
+    jcalls.clear()
+    got = st.leaves_with_path(tree, is_leaf=_path_pred(calls), is_leaf_takes_path=True)
+    want = jtu.tree_leaves_with_path(tree, is_leaf=_path_pred(jcalls), is_leaf_takes_path=True)
+    assert calls == jcalls
+    assert [_key_reprs(p) for p, _ in got] == [_key_reprs(p) for p, _ in want]
+    calls.clear()
+    jcalls.clear()
+    mapped = st.map_with_path(lambda p, x: _key_reprs(p), tree, is_leaf=_path_pred(calls), is_leaf_takes_path=True)
+    jmapped = jtu.tree_map_with_path(
+        lambda p, x: _key_reprs(p), tree, is_leaf=_path_pred(jcalls), is_leaf_takes_path=True
+    )
+    assert calls == jcalls
+    assert repr(st.structure(mapped, is_leaf=lambda x: type(x) is tuple)) == repr(
+        jtu.tree_structure(jmapped, is_leaf=lambda x: type(x) is tuple)
+    )
+    assert st.leaves(mapped, is_leaf=lambda x: type(x) is tuple) == jtu.tree_leaves(
+        jmapped, is_leaf=lambda x: type(x) is tuple
+    )
+
+
+def test_is_leaf_takes_path_on_fixed_trees() -> None:
+    tree = {"a": [1, 2], "b": {"a": 3, "c": (4, [5, 6])}}
+    leaf_at = lambda path, x: path == (st.DictKey("b"), st.DictKey("c"))  # noqa: E731
+    pairs, treedef = st.flatten_with_path(tree, leaf_at, is_leaf_takes_path=True)
+    assert [(st.keystr(p), x) for p, x in pairs] == [
+        ("['a'][0]", 1), ("['a'][1]", 2), ("['b']['a']", 3), ("['b']['c']", (4, [5, 6])),
+    ]  # fmt: skip
+    assert repr(treedef) == "PyTreeDef({'a': [*, *], 'b': {'a': *, 'c': *}})"
+    # without is_leaf_takes_path, is_leaf gets one argument, as before
+    assert st.leaves_with_path(tree, lambda x: isinstance(x, list))[0] == ((st.DictKey("a"),), [1, 2])
+    # map_with_path over two trees: f sees the path, the leaf and the other tree's subtree
+    out = st.map_with_path(
+        lambda p, x, y: (st.keystr(p), x, y), tree, {"a": 0, "b": {"a": 1, "c": 2}},
+        is_leaf=lambda p, x: p in ((st.DictKey("a"),), (st.DictKey("b"), st.DictKey("c"))),
+        is_leaf_takes_path=True,
+    )  # fmt: skip
+    assert out == {"a": ("['a']", [1, 2], 0), "b": {"a": ("['b']['a']", 3, 1), "c": ("['b']['c']", (4, [5, 6]), 2)}}
+    # a cycle is still named by its key path when is_leaf takes paths
+    cyc: list[Any] = [0]
+    cyc.append({"k": cyc})
+    with pytest.raises(ValueError, match=r"cycle in pytree: .*\[1\]\['k'\]"):
+        st.flatten_with_path(cyc, lambda p, x: False, True)
 
 
 @given(JAX_TREES, hs.sampled_from([list, tuple, dict, NT]))

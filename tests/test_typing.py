@@ -40,6 +40,9 @@ USES = """\
 leaves, treedef = st.flatten({"b": [1, None], "a": (2,)})
 n: int = treedef.num_leaves
 rebuilt: object = st.unflatten(treedef, leaves)
+# unflatten returns Any, as JAX's: the rebuilt tree is indexed without a cast
+first: object = tu.tree_unflatten(treedef, [1, 2])["a"]
+again: object = treedef.unflatten((1, 2))["b"][0]
 squares: object = tu.tree_map(lambda x: x * x, [1, 2])
 paths: list[tu.KeyPath] = [p for p, _ in tu.tree_leaves_with_path({"a": 1})]
 entry: tu.KeyEntry = paths[0][0]

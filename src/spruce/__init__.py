@@ -29,12 +29,12 @@ from ._summary import Summary as Summary
 from ._summary import SummaryRow as SummaryRow
 from ._summary import summary as summary
 from ._surgery import tree_at as tree_at
-from ._tree import _traverse
+from ._tree._depth import COMPILED as _COMPILED
 from ._updates import apply_updates as apply_updates
 
 _jax_bridge.install()  # registrations reach jax.tree_util when JAX is (or becomes) imported
 
-__compiled__: bool = not _traverse.__file__.endswith(".py")
+__compiled__: bool = _COMPILED
 __version__ = "0.1.0"
 
 __all__ = [

@@ -22,6 +22,9 @@ Semantics follow jax.tree_util, with these intentional differences (each has a t
 - no input depth can crash the interpreter, and cycles raise a ValueError naming the key path.
 """
 
+from typing import Any as _Any
+from typing import Iterable as _Iterable
+
 from ._partial import Partial as Partial
 from ._partial import static as static
 from ._tree._keys import DictKey as DictKey
@@ -62,7 +65,7 @@ from ._tree._treedef import treedef_is_leaf as treedef_is_leaf
 from ._tree._treedef import treedef_tuple as treedef_tuple
 
 
-def unflatten(treedef: PyTreeDef, leaves: "object") -> "object":
+def unflatten(treedef: PyTreeDef, leaves: _Iterable[_Any]) -> _Any:
     """Build a pytree of structure ``treedef`` from ``leaves`` (any iterable), as
     jax.tree_util.tree_unflatten; same as ``treedef.unflatten(leaves)``.
 
@@ -73,7 +76,7 @@ def unflatten(treedef: PyTreeDef, leaves: "object") -> "object":
     >>> unflatten(treedef, [10, 20])
     {'b': 20, 'a': 10}
     """
-    return treedef.unflatten(leaves)  # type: ignore[arg-type]  # any iterable is accepted
+    return treedef.unflatten(leaves)
 
 
 __all__ = [

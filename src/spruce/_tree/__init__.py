@@ -5,13 +5,15 @@ Layout, one module per concern:
 - ``_keys``      key-path entries (DictKey, SequenceKey, GetAttrKey, FlattenedIndexKey), keystr
 - ``_registry``  node kinds, the type registry, registration functions, expand/build of one node
 - ``_treedef``   PyTreeDef: a flat pre-order node table, with unflatten / flatten_up_to / repr
-- ``_traverse``  the walkers: flatten, flatten_with_path, map, map_with_path, iter
+- ``_traverse``  the public walks: flatten, leaves, flatten_with_path, map, map_with_path, iter
+- ``_walker``    the one iterative walker (leaves, node table, key paths, n-tree map)
+- ``_depth``     how deep walks recurse, which build runs, the depth limit, internal signals
 - ``_pure``      the uncompiled build's one-tree map (never compiled; see its docstring)
 - ``_errors``    structure-mismatch and cycle messages (key path + both sides)
 - ``_ops``       everything built on the walkers: reduce, transpose, broadcast, partition, ...
 
-The walkers recurse for the first ``_errors.DEEP`` levels (1,024 compiled, 16 uncompiled) and
-carry on deeper subtrees with an explicit frame stack, so no input depth can exhaust the C stack,
-compiled or not.  Cycle detection starts only once a walk is deeper than ``DEEP`` levels, so
-ordinary trees never pay for it.
+The public walks recurse for the first ``_depth.DEEP`` levels (1,024 compiled, 16 uncompiled)
+and hand deeper subtrees to the iterative walker, so no input depth can exhaust the C stack,
+compiled or not.  The recursion keeps no ancestors: a cycle or a mismatch is named by walking
+again (``_errors``).
 """

@@ -1,14 +1,16 @@
 """Error messages that say where (the key path) and what (both sides).
 
-Only error paths come here, so nothing in this module is performance sensitive.  Walkers keep
-the objects and positions of the nodes they are inside (their frame stack); the key path is
-rebuilt from that stack only when an error has to be reported.
+Only error paths come here, so nothing in this module is performance sensitive.  The tree
+walkers keep no ancestors: a cycle or a mismatch found by one is named by walking again
+(``cycle_error``, ``mismatch_error``).  The node-table walks (``flatten_up_to``) rebuild the key
+path from their frame stacks (``path_of``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Callable, Final
 
+from ._depth import check_depth
 from ._keys import keystr
 from ._registry import (
     CUSTOM,
@@ -28,6 +30,7 @@ from ._registry import (
     DictData,
     expand,
     expand_with_keys,
+    match_children,
     qualified_name,
 )
 
@@ -35,12 +38,17 @@ MAX_KEYS_SHOWN: Final = 8
 MAX_REPR: Final = 120
 
 
+def clip(s: str, limit: int) -> str:
+    """``s`` cut to at most ``limit`` characters, ending in ``...`` when cut."""
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
 def short_repr(x: Any, limit: int = MAX_REPR) -> str:
     try:
         s = repr(x)
     except Exception as e:  # a broken __repr__ must not hide the real error
         s = f"<{type(x).__name__} object (repr failed: {type(e).__name__})>"
-    return s if len(s) <= limit else s[: limit - 3] + "..."
+    return clip(s, limit)
 
 
 def keys_text(keys: Any) -> str:
@@ -162,148 +170,126 @@ def mismatch_detail(code: int, data: Any, ycode: int, ydata: Any, y: Any) -> str
     return msg
 
 
+# ---------------------------------------------------------------------------------------------
+# Errors found by walking again.  The walkers keep no ancestors: when one meets a cycle or a
+# mismatch it raises ``_depth.CycleFound`` / ``MismatchFound``, and the public function walks the
+# tree(s) again with the functions below, which keep the key path (as jax.tree_util reports a
+# prefix mismatch by walking again).  Callbacks (``is_leaf``, flatten functions) run again.
+
+
+def _leaf_test(is_leaf: Callable[..., Any] | None, path_leaf: bool, path: tuple[Any, ...], x: Any) -> bool:
+    if is_leaf is None:
+        return False
+    return bool(is_leaf(path, x) if path_leaf else is_leaf(x))
+
+
+def cycle_error(tree: Any, is_leaf: Callable[..., Any] | None, path_leaf: bool, none_is_leaf: bool) -> Exception:
+    """The ValueError for a tree that contains itself, naming the key path where the cycle
+    first closes (in walk order) and that of the ancestor it closes on."""
+    on_path: dict[int, int] = {}  # id of each node on the root-to-node path -> its depth
+    nodes: list[Any] = []  # that path (kept, so the ids stay valid)
+    path: list[Any] = []  # the keys of nodes[1:]
+    st: list[tuple[list[Any], list[Any], int]] = []
+    seq: list[Any] = [tree]
+    keys: list[Any] = [None]
+    pos = 0
+    while True:
+        if pos < len(seq):
+            x = seq[pos]
+            k = keys[pos]
+            pos += 1
+            depth = len(nodes)
+            if _leaf_test(is_leaf, path_leaf, tuple(path + [k]) if depth else (), x):
+                continue
+            code, _, ch, ckeys = expand_with_keys(x, none_is_leaf)
+            if code == LEAF or not ch:
+                continue
+            at = on_path.get(id(x))
+            if at is not None:
+                closing = path_text(tuple(path + [k]))
+                ancestor = path_text(tuple(path[:at]))
+                return ValueError(
+                    f"cycle in pytree: the {type(x).__name__} at key path {closing} is "
+                    f"the same object as its ancestor at key path {ancestor}, so the tree "
+                    "would be infinitely deep; a pytree must not contain itself"
+                )
+            on_path[id(x)] = depth
+            nodes.append(x)
+            if depth:
+                path.append(k)
+            if depth & (depth - 1) == 0:
+                check_depth(depth)
+            st.append((seq, keys, pos))
+            seq = ch
+            keys = ckeys
+            pos = 0
+        elif st:
+            seq, keys, pos = st.pop()
+            del on_path[id(nodes.pop())]
+            if nodes:
+                path.pop()
+        else:
+            return ValueError("cycle in pytree: a container contains itself")
+
+
 def mismatch_error(
     what: str,
-    nodes: list[Any],
-    positions: list[int],
+    tree: Any,
+    rest: list[Any],
+    is_leaf: Callable[..., Any] | None,
+    path_leaf: bool,
     none_is_leaf: bool,
-    code: int,
-    data: Any,
-    y: Any,
-    which: str,
-) -> ValueError:
-    """A ValueError for a structure mismatch found while walking ``nodes``' frame stack."""
-    ycode, ydata, _ = expand(y, none_is_leaf)
-    path = path_of(nodes, positions, none_is_leaf)
-    detail = mismatch_detail(code, data, ycode, ydata, y)
-    return ValueError(f"{what}: {which} does not match at key path {path_text(path)}: {detail}")
-
-
-def positions_by_identity(nodes: list[Any], none_is_leaf: bool) -> list[int]:
-    """The positions ``path_of`` takes for a root-to-node path of which only the nodes are known
-    (the uncompiled map's recursion keeps its ancestors, not their indices): each node is looked
-    up by identity among its parent's children.  A node that is twice among its siblings gets
-    the first position, which names the same object; one not found (a flatten function that
-    makes new children on every call) gets position 0, which ``child_key`` shows as unknown.
-    """
-    positions = [0]
-    for i in range(1, len(nodes)):
-        try:
-            children = expand(nodes[i - 1], none_is_leaf)[2]
-        except Exception:
-            children = []
-        node = nodes[i]
-        at = 0  # not found: child_key shows it as unknown
-        for j in range(len(children)):
-            if children[j] is node:
-                at = j + 1
-                break
-        positions.append(at)
-    return positions
-
-
-def cycle_error_below(
-    ancestors: list[Any], base: int, nodes: list[Any], positions: list[int], none_is_leaf: bool
-) -> ValueError:
-    """``cycle_error`` for a walk of a subtree whose root ``nodes[0]`` is at depth ``base``,
-    below ``ancestors[:base]`` (root first): the uncompiled map's handoff from its recursion."""
-    full = ancestors[:base] + nodes
-    return cycle_error(full, positions_by_identity(full[: base + 1], none_is_leaf) + positions[1:], none_is_leaf)
-
-
-def cycle_error(nodes: list[Any], positions: list[int], none_is_leaf: bool) -> ValueError:
-    """A ValueError for a container that contains itself; names where the cycle closes."""
-    first: dict[int, int] = {}
-    for j, node in enumerate(nodes):
-        i = first.get(id(node))
-        if i is not None:
-            closing = path_of(nodes[: j + 1], positions[: j + 1], none_is_leaf)
-            ancestor = path_of(nodes[: i + 1], positions[: i + 1], none_is_leaf)
-            return ValueError(
-                f"cycle in pytree: the {type(node).__name__} at key path {path_text(closing)} is "
-                f"the same object as its ancestor at key path {path_text(ancestor)}, so the tree "
-                "would be infinitely deep; a pytree must not contain itself"
-            )
-        first[id(node)] = j
-    return ValueError("cycle in pytree: a container contains itself")
-
-
-# ---------------------------------------------------------------------------------------------
-# Depth.  The first DEEP levels of a walk are walked by recursion, which is the cheapest walk
-# (no frame stack to grow and pop); past DEEP a walk carries on iteratively with an explicit
-# frame stack, so depth costs heap, never C stack.  (unflatten never recurses: it is one pass
-# over the node table.)  Compiled, DEEP is 1024, about the depth optree's C++ recursion allows
-# (1,000 levels, beyond which it refuses the tree).  A recursive level takes 200-300 bytes of C
-# stack, so one walk holds at most about 300 KiB of it: measured, a 3,000-deep walk runs in a
-# thread whose whole stack is 224 KiB (flatten) to 320 KiB (two-tree map).  A callback that
-# walks again adds its own walk on top.  tests/test_depth_cycles.py runs every walk in a
-# 512 KiB thread and a nested walk in a 1 MiB one; CPython's default thread stacks are larger
-# on the platforms it supports.  Uncompiled, each level is a Python frame counted against
-# sys.getrecursionlimit(), so DEEP stays at 16.
-#
-# Below DEEP levels a walk does nothing else about depth.  From DEEP on, each time the depth
-# reaches a power of two the walker marks the node entered there, and compares every node it
-# enters below it with the mark (Brent's cycle detection on the root-to-node path): a container
-# that contains itself with period L is caught within about 2·max(L, DEEP) levels, at the cost
-# of one identity comparison per level.  The mark is dropped when the walk climbs above it, so
-# a subtree shared by two branches is never mistaken for a cycle.
-
-
-def _probe() -> None:
-    """Compiled by mypyc or not: a compiled function has no ``__code__``."""
-
-
-COMPILED: Final = not hasattr(_probe, "__code__")
-DEEP: Final = 1024 if COMPILED else 16  # a power of two (see above)
-NESTED_DEEP: Final = 16  # the recursion depth of a walk started while another one recurses
-
-
-class _Walks:
-    """How many walks are inside their recursive part right now (any thread).
-
-    A callback (``f``, ``is_leaf``, a flatten function) can start a walk inside a walk, and
-    Python's recursion limit does not see the C frames of the outer one.  So only a walk that
-    starts while no other walk recurses gets DEEP levels of recursion; the others get
-    NESTED_DEEP, and a thread's C stack never holds more than one deep recursion (plus
-    nested walks of NESTED_DEEP levels each, bounded by Python's recursion limit through the
-    callbacks between them).  A walk on another thread that happens to start meanwhile is only
-    slower, never less safe.
-    """
-
-    active: int
-
-    def __init__(self) -> None:
-        self.active = 0
-
-
-WALKS: Final = _Walks()
-
-
-def begin_walk() -> int:
-    """The recursion depth for a walk starting now; pair it with ``end_walk`` (try/finally)."""
-    a = WALKS.active
-    WALKS.active = a + 1
-    return DEEP if a == 0 else NESTED_DEEP
-
-
-def end_walk() -> None:
-    WALKS.active -= 1
-MAX_DEPTH: Final = 1 << 21  # 2,097,152 levels: a 1,000,000-deep list still flattens
-
-
-def nodes_of(st_seq: list[list[Any]], st_pos: list[int]) -> list[Any]:
-    """The nodes on a walker's current root-to-node path, from its frame stack."""
-    return [st_seq[i][st_pos[i] - 1] for i in range(len(st_seq))]
-
-
-def check_depth(depth: int) -> None:
-    """RecursionError at MAX_DEPTH (called at powers of two only)."""
-    if depth >= MAX_DEPTH:
-        raise RecursionError(
-            f"pytree is {MAX_DEPTH:,} levels deep or more; spruce walks trees iteratively, but "
-            "refuses trees this deep (a registered flatten function that makes a new child on "
-            "every call builds an endless tree)"
-        )
+) -> Exception:
+    """The ValueError for trees in ``rest`` that do not have ``tree``'s structure as a prefix,
+    naming the key path of the first mismatch (in walk order) and both sides."""
+    path: list[Any] = []  # keys of the nodes entered below the root
+    st: list[tuple[list[Any], list[list[Any]], list[Any], int]] = []
+    seq: list[Any] = [tree]
+    rseqs: list[list[Any]] = [[r] for r in rest]
+    keys: list[Any] = [None]
+    pos = 0
+    while True:
+        if pos < len(seq):
+            x = seq[pos]
+            k = keys[pos]
+            ys = [r[pos] if pos < len(r) else None for r in rseqs]
+            pos += 1
+            depth = len(st)
+            here = tuple(path + [k]) if depth else ()
+            if _leaf_test(is_leaf, path_leaf, here, x):
+                continue
+            code, d, ch, ckeys = expand_with_keys(x, none_is_leaf)
+            if code == LEAF:
+                continue
+            children: list[list[Any]] = []
+            for j in range(len(ys)):
+                y = ys[j]
+                ych = match_children(code, d, y, none_is_leaf)
+                if ych is None:
+                    ycode, ydata, _ = expand(y, none_is_leaf)
+                    detail = mismatch_detail(code, d, ycode, ydata, y)
+                    return ValueError(
+                        f"{what}: tree #{j + 2} (rest[{j}]) does not match at key path "
+                        f"{path_text(here)}: {detail}"
+                    )
+                children.append(ych)
+            if not ch:
+                continue
+            if depth:
+                path.append(k)
+            if depth & (depth - 1) == 0:
+                check_depth(depth)
+            st.append((seq, rseqs, keys, pos))
+            seq = ch
+            rseqs = children
+            keys = ckeys
+            pos = 0
+        elif st:
+            seq, rseqs, keys, pos = st.pop()
+            if st:
+                path.pop()
+        else:
+            return ValueError(f"{what}: the trees do not match (they changed while being walked)")
 
 
 def changed_size(seq: list[Any], n: int) -> RuntimeError:
@@ -313,3 +299,8 @@ def changed_size(seq: list[Any], n: int) -> RuntimeError:
         f"{len(seq)}); callbacks (f, is_leaf, flatten functions) must not remove items from "
         "the tree they are walking"
     )
+
+
+def nodes_of(st_seq: list[list[Any]], st_pos: list[int]) -> list[Any]:
+    """The nodes on a table walk's current root-to-node path, from its frame stack."""
+    return [st_seq[i][st_pos[i] - 1] for i in range(len(st_seq))]

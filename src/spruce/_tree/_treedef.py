@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict, defaultdict, deque
 from typing import TYPE_CHECKING, Any, Callable, Final, Iterable
 
-from ._errors import changed_size, mismatch_detail, nodes_of, path_of, path_text, short_repr
+from ._errors import changed_size, clip, mismatch_detail, nodes_of, path_of, path_text, short_repr
 from ._registry import (
     CUSTOM,
     DEFAULTDICT,
@@ -145,7 +145,7 @@ class PyTreeDef:
                 few = "too many"
             raise ValueError(
                 f"unflatten: {few} leaves: the PyTreeDef has {self._num_leaves} leaves, but "
-                f"{given} (structure: {_clip(short_repr(self, 200), 200)})"
+                f"{given} (structure: {short_repr(self, 200)})"
             )
         nodes = self._nodes
         if nodes is None:
@@ -355,20 +355,11 @@ class PyTreeDef:
             or self._codes != other._codes
         ):
             return False
-        # Node data is compared with ==; if user aux data refers back to these very
-        # PyTreeDefs, Python's own recursion check turns that into a RecursionError.
-        a, b = self._data, other._data
-        for i in range(len(a)):
-            x = a[i]
-            y = b[i]
-            if x is y:
-                continue
-            if type(x) is CustomData and type(y) is CustomData:
-                if not x.equals(y):
-                    return False
-            elif not bool(x == y):
-                return False
-        return True
+        # Node data is compared with == (one C-level list comparison: identical entries, the
+        # usual case with shared dict shapes and None for lists and tuples, cost no call); if
+        # user aux data refers back to these very PyTreeDefs, Python's own recursion check
+        # turns that into a RecursionError.
+        return bool(self._data == other._data)
 
     def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)
@@ -440,10 +431,6 @@ def _check_treedef(x: object, what: str) -> None:
 
 class _Placeholder:
     """A stand-in leaf used to rebuild a tree from a structure alone."""
-
-
-def _clip(s: str, n: int) -> str:
-    return s if len(s) <= n else s[: n - 3] + "..."
 
 
 def _data_eq(a: Any, b: Any) -> bool:

@@ -1,0 +1,286 @@
+"""The one iterative walker: leaves, node table, key paths and n-tree map in one loop.
+
+The public walks (``_traverse``) take the first levels of a tree by recursion, which is where
+the speed is, and hand a subtree deeper than that (see ``_depth``) to a ``Walker``, whose levels
+cost heap, never C stack; its result is spliced back where the recursion stopped.  Walks that
+are rare or need everything at once (``map`` over three or more trees, ``map_with_path``,
+``is_leaf`` taking paths, the lazy ``iter``) are a ``Walker`` from the root.
+
+What one walk does is set when the walker is made:
+
+- ``f`` given: a map.  ``f(x, *ys)`` (``f(path, x, *ys)`` with ``paths``) at each leaf, nodes
+  rebuilt from their children's results; ``walk`` returns the results of the top items.
+  Without ``f``, leaves (or ``(path, leaf)`` pairs with ``paths``) are appended to ``leaves``.
+- ``table``: the node table (``codes``, ``data``) is appended to, as a PyTreeDef holds it.
+- ``paths``: key paths are tracked; ``kstack`` holds the keys of the nodes entered below the
+  root (a leaf's path is made only at the leaf, so depth costs O(depth) per leaf, not per node).
+- ``nrest``: the number of further trees matched against the first (``map``); a mismatch raises
+  ``MismatchFound``.
+- ``lazy``: ``run`` returns after each leaf (``iter``), keeping its place.
+
+Semantics every walk keeps: ``is_leaf`` is asked once about every object, before anything
+else; a list is walked as it was when entered (items a callback appends are not visited, one
+that shrinks raises ``changed_size``); the cycle check below raises ``CycleFound``, and the
+caller walks again to name the cycle (``_errors.cycle_error``).
+
+Cycle check (Brent's method on the root-to-node path): each time the depth reaches a power of
+two the walker marks the node entered there, and compares every node it enters below it with
+the mark, so a container that contains itself with period L is caught within about
+2·max(L, start depth) levels at the cost of one identity comparison per level.  The mark is
+dropped when the walk climbs above it, so a subtree shared by two branches is never mistaken
+for a cycle.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Final
+
+from ._depth import CycleFound, MismatchFound, check_depth
+from ._errors import changed_size
+from ._keys import SEQUENCE_KEYS, sequence_keys
+from ._registry import EMPTY, LEAF, LIST, MASK, SHIFT, build, expand, expand_with_keys, match_children
+
+if TYPE_CHECKING:
+    from mypy_extensions import i64  # native ints when compiled (see _traverse)
+
+_NO_MARK: Final = object()
+
+
+def leaf_path(kstack: list[Any], k: Any, depth: int) -> tuple[Any, ...]:
+    """The key path of an item at ``depth`` whose key is ``k``, below the nodes of ``kstack``."""
+    if depth == 0:
+        return ()
+    kstack.append(k)
+    path = tuple(kstack)
+    kstack.pop()
+    return path
+
+
+class Walker:
+    """One walk (see the module docstring).  Make it, then ``walk`` a list of items, or
+    ``start`` and ``run`` for a lazy walk."""
+
+    f: Callable[..., Any] | None
+    is_leaf: Callable[..., Any] | None
+    path_leaf: bool  # is_leaf(path, x)
+    none_is_leaf: bool
+    paths: bool
+    table: bool
+    nrest: int
+    lazy: bool
+    leaves: list[Any]
+    codes: list[int]
+    data: list[Any]
+    kstack: list[Any]
+    # the place of a lazy walk between two ``run`` calls
+    _seq: list[Any]
+    _rseqs: list[list[Any]]
+    _keys: list[Any]
+    _pos: i64
+    _n: i64
+    _depth: i64
+    _stack: list[tuple[list[Any], int, int, list[list[Any]], list[Any], list[Any], int, Any]]
+    _outs: list[Any]
+    _code: int
+    _dat: Any
+    _mark: object
+    _mark_depth: i64
+
+    def __init__(
+        self,
+        f: Callable[..., Any] | None,
+        is_leaf: Callable[..., Any] | None,
+        path_leaf: bool,
+        none_is_leaf: bool,
+        paths: bool,
+        table: bool,
+        nrest: int,
+        leaves: list[Any],
+        codes: list[int],
+        data: list[Any],
+        kstack: list[Any],
+    ) -> None:
+        self.f = f
+        self.is_leaf = is_leaf
+        self.path_leaf = path_leaf
+        self.none_is_leaf = none_is_leaf
+        self.paths = paths
+        self.table = table
+        self.nrest = nrest
+        self.lazy = False
+        self.leaves = leaves
+        self.codes = codes
+        self.data = data
+        self.kstack = kstack
+
+    def walk(self, seq: list[Any], rseqs: list[list[Any]], keys: list[Any], depth: int) -> list[Any]:
+        """Walk the items of ``seq`` (the children of one node, or ``[root]``), which sit at
+        ``depth`` (the root at 0); ``rseqs`` are the matching children of the other trees and
+        ``keys`` the items' key entries (when tracking paths).  Returns the map's results of
+        the items (an empty list when not mapping)."""
+        self.start(seq, rseqs, keys, depth)
+        self.run()
+        return self._outs
+
+    def start(self, seq: list[Any], rseqs: list[list[Any]], keys: list[Any], depth: int) -> None:
+        self._seq = seq
+        self._rseqs = rseqs
+        self._keys = keys
+        self._pos = 0
+        self._n = len(seq)
+        self._depth = depth
+        self._stack = []
+        self._outs = []
+        self._code = LIST
+        self._dat = None
+        self._mark = _NO_MARK
+        self._mark_depth = 0
+
+    def run(self) -> bool:
+        """Walk on; returns False when the walk is over, True after a leaf of a lazy walk."""
+        f = self.f
+        is_leaf = self.is_leaf
+        path_leaf = self.path_leaf
+        none_is_leaf = self.none_is_leaf
+        paths = self.paths
+        table = self.table
+        mapping = f is not None
+        nrest = self.nrest
+        lazy = self.lazy
+        leaves = self.leaves
+        codes = self.codes
+        data = self.data
+        kstack = self.kstack
+        # One frame per node being walked: (its parent's seq, rseqs, keys and outs, the position
+        # after it and the length of the parent's seq, its own code and node data).
+        stack = self._stack
+        seq = self._seq
+        rseqs = self._rseqs
+        keys = self._keys
+        pos: i64 = self._pos
+        n: i64 = self._n
+        depth: i64 = self._depth  # of the items of seq
+        outs = self._outs
+        code = self._code  # of the node whose children are seq (map)
+        dat: Any = self._dat
+        mark = self._mark
+        mark_depth: i64 = self._mark_depth
+        leaf_type: object = None  # the type of the last leaf seen: most leaves share it
+        ys: list[Any] = EMPTY
+        while True:
+            if pos < n:
+                if pos >= len(seq):
+                    raise changed_size(seq, n)
+                x = seq[pos]
+                if nrest:
+                    ys = []
+                    for r in rseqs:
+                        if pos >= len(r):
+                            raise changed_size(r, n)
+                        ys.append(r[pos])
+                k: Any = keys[pos] if paths else None
+                pos += 1
+                path: tuple[Any, ...] | None = None  # made when needed: at a leaf, or for is_leaf
+                d: Any = None
+                if is_leaf is not None and (
+                    is_leaf(path := leaf_path(kstack, k, depth), x) if path_leaf else is_leaf(x)
+                ):
+                    xcode = LEAF
+                elif type(x) is leaf_type:
+                    xcode = LEAF
+                else:
+                    t = type(x)
+                    if t is list:  # the commonest node, taken apart here rather than by ``expand``
+                        ch: list[Any] = x
+                        xcode = (len(ch) << SHIFT) | LIST
+                        if paths:
+                            ckeys = SEQUENCE_KEYS if len(ch) <= len(SEQUENCE_KEYS) else sequence_keys(len(ch))
+                    elif paths:
+                        xcode, d, ch, ckeys = expand_with_keys(x, none_is_leaf)
+                    else:
+                        xcode, d, ch = expand(x, none_is_leaf)
+                    if xcode == LEAF:
+                        leaf_type = t
+                if xcode == LEAF:
+                    if table:
+                        codes.append(LEAF)
+                    if paths and path is None:
+                        path = leaf_path(kstack, k, depth)
+                    if mapping:
+                        assert f is not None
+                        if paths:
+                            outs.append(f(path, x, *ys))
+                        elif nrest:
+                            outs.append(f(x, *ys))
+                        else:
+                            outs.append(f(x))
+                    else:
+                        leaves.append((path, x) if paths else x)
+                        if lazy:
+                            break
+                    continue
+                if table:
+                    codes.append(xcode)
+                    data.append(d)
+                if nrest:
+                    children: list[list[Any]] = []
+                    for y in ys:
+                        ych = match_children(xcode, d, y, none_is_leaf)
+                        if ych is None:
+                            raise MismatchFound()
+                        children.append(ych)
+                if not ch:
+                    if mapping:
+                        outs.append(build(xcode, d, []))
+                    continue
+                # enter x: its children are the items at depth + 1
+                if x is mark:
+                    raise CycleFound()
+                if depth & (depth - 1) == 0:
+                    mark = x
+                    mark_depth = depth
+                    check_depth(depth)
+                stack.append((seq, pos, n, rseqs, keys, outs, code, dat))
+                if nrest:
+                    rseqs = children
+                if paths:
+                    keys = ckeys
+                    if depth > 0:
+                        kstack.append(k)
+                if mapping:
+                    outs = []
+                    code = xcode
+                    dat = d
+                depth += 1
+                seq = ch
+                pos = 0
+                n = len(ch)
+            elif stack:
+                depth -= 1
+                if depth <= mark_depth:
+                    mark = _NO_MARK
+                    mark_depth = 0
+                if paths and depth > 0:
+                    kstack.pop()
+                if mapping:
+                    built = outs if code & MASK == LIST else build(code, dat, outs)
+                    seq, pos, n, rseqs, keys, outs, code, dat = stack.pop()
+                    outs.append(built)
+                else:
+                    seq, pos, n, rseqs, keys, outs, code, dat = stack.pop()
+            else:
+                self._outs = outs
+                return False
+        # a lazy walk stops after a leaf: keep its place
+        self._seq = seq
+        self._rseqs = rseqs
+        self._keys = keys
+        self._pos = pos
+        self._n = n
+        self._depth = depth
+        self._outs = outs
+        self._code = code
+        self._dat = dat
+        self._mark = mark
+        self._mark_depth = mark_depth
+        return True
