@@ -241,7 +241,7 @@ class PyTreeDef:
         if len(items) != n:
             raise ValueError(
                 f"walk: {'too few' if len(items) < n else 'too many'} leaves: the PyTreeDef has {n} "
-                f"leaves (structure: {_clip(short_repr(self, 200), 200)})"
+                f"leaves (structure: {clip(short_repr(self, 200), 200)})"
             )
         codes = self._codes
         data = self._data
