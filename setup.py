@@ -5,6 +5,7 @@ them into C extensions.  With SPRUCE_PURE=1 the same files are installed as plai
 """
 
 import os
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -12,8 +13,12 @@ from setuptools import setup
 # _pure.py is the uncompiled build's own map (recursion shaped for the interpreter): never compiled.
 ENGINE = sorted(str(p) for p in Path("src/spruce/_tree").glob("_*.py") if p.name not in ("__init__.py", "_pure.py"))
 
+# pip asks for the metadata (setup.py dist_info) before it builds the wheel (setup.py
+# bdist_wheel); the metadata does not depend on the extensions, so mypyc runs once, not twice.
+METADATA_ONLY = {"egg_info", "dist_info"}
+
 ext_modules = []
-if os.environ.get("SPRUCE_PURE", "") not in ("1", "true", "yes"):
+if os.environ.get("SPRUCE_PURE", "") not in ("1", "true", "yes") and not METADATA_ONLY & set(sys.argv[1:]):
     from mypyc.build import mypycify
 
     # Only the engine is compiled; the rest of the package (imported through spruce/__init__)

@@ -3,6 +3,14 @@
 - every warning is an error (the few ignores below are for third-party imports, each with its
   reason);
 - hypothesis runs a bounded, deterministic profile and writes no example database into the repo.
+
+Floats that XLA or BLAS computed are compared with a tolerance, never character for character:
+their last digits depend on the processor (vector width, fused multiply-add, summation order),
+so the same program prints ``-0.27681673`` on one machine and ``-0.27681667`` on another.  The
+tolerance is ``helpers.FLOAT_RTOL`` / ``helpers.FLOAT_ATOL`` (1e-6 relative, 1e-6 absolute near
+0); printed output holding such numbers is compared with ``helpers.assert_text_close``, which
+parses them.  Structure, reprs, key paths, shapes, dtypes and integers are compared exactly.
+Results that are exact on every processor (a copy, a gather, ``2 * ones``) stay exact.
 """
 
 from __future__ import annotations

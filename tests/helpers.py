@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import operator
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -548,11 +549,71 @@ def run_python(code: str, timeout: float = 120.0) -> subprocess.CompletedProcess
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# Printed output that holds float results (the rule is stated in conftest.py).
+# ---------------------------------------------------------------------------------------------
+
+#: Tolerance for float32 results of XLA / BLAS kernels, which differ in their last digits
+#: between processors (vector width, FMA, summation order): relative 1e-6, and absolute 1e-6
+#: for values near 0 (the computations checked are of scale 1, where float32 rounding is
+#: about 1.2e-7 per operation).
+FLOAT_RTOL = 1e-6
+FLOAT_ATOL = 1e-6
+
+# A float as Python and NumPy print it: a decimal point or an exponent is required (integers,
+# such as shapes and counts, stay text and are compared exactly), and it must stand alone (not
+# the "32" of "float32", nor part of a version string such as "0.12.0").
+_FLOAT_RE = re.compile(
+    r"(?<![\w.])[-+]?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+)(?!\w)(?!\.\d)"
+)
+
+
+def _float_split(text: str) -> tuple[list[str], list[float]]:
+    """``text`` as the text between its floats (one more than the floats) and the floats.
+    Whitespace that touches a float is dropped from the text around it: NumPy pads the numbers
+    of an array to a common width (``[ 0.533231  , -1.0117726 ]``), so it changes with them."""
+    parts = _FLOAT_RE.split(text)
+    floats = [float(m) for m in _FLOAT_RE.findall(text)]
+    for i in range(len(parts)):
+        if i > 0:
+            parts[i] = parts[i].lstrip()
+        if i < len(parts) - 1:
+            parts[i] = parts[i].rstrip()
+    return parts, floats
+
+
+def text_difference(actual: str, expected: str, *, rtol: float = FLOAT_RTOL, atol: float = FLOAT_ATOL) -> str | None:
+    """The first difference between two printed outputs, or None when they agree: everything
+    but the floats exactly (structure, names, shapes, dtypes, integers), each float to within
+    ``atol + rtol * |expected|``, whitespace next to a float ignored."""
+    a_parts, a_floats = _float_split(actual)
+    e_parts, e_floats = _float_split(expected)
+    for i, (a, e) in enumerate(zip(a_parts, e_parts)):
+        if a != e:
+            return f"text after float {i}: {a!r} != expected {e!r}"
+        if i < min(len(a_floats), len(e_floats)):
+            x, y = a_floats[i], e_floats[i]
+            if not abs(x - y) <= atol + rtol * abs(y):
+                return f"float {i}: {x!r} != expected {y!r} (rtol={rtol}, atol={atol})"
+    if len(a_floats) != len(e_floats):
+        return f"{len(a_floats)} floats, expected {len(e_floats)}"
+    return None
+
+
+def assert_text_close(actual: str, expected: str, *, rtol: float = FLOAT_RTOL, atol: float = FLOAT_ATOL) -> None:
+    """Assert that printed output matches its expected text, floats compared with a tolerance
+    (see ``text_difference``); the message shows both texts and the first difference."""
+    diff = text_difference(actual, expected, rtol=rtol, atol=atol)
+    assert diff is None, f"{diff}\n--- actual:\n{actual}\n--- expected:\n{expected}"
+
+
 __all__ = [
     "ARR",
     "ARR2",
     "CASES",
     "CASE_IDS",
+    "FLOAT_ATOL",
+    "FLOAT_RTOL",
     "Box",
     "Case",
     "HAND_FLATTEN",
@@ -564,11 +625,13 @@ __all__ = [
     "PointSub",
     "StaticTag",
     "assert_leaves_equal",
+    "assert_text_close",
     "assert_tree_equal",
     "cases",
     "follow",
     "run_python",
     "same_leaf",
+    "text_difference",
 ]
 
 

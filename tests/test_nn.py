@@ -15,6 +15,7 @@ import pytest
 import spruce
 import spruce.nn as nn
 import spruce.tree as st
+from helpers import FLOAT_ATOL, FLOAT_RTOL
 from test_module import SimpleNN
 
 KEY = random.PRNGKey(0)
@@ -46,9 +47,9 @@ def test_seed_parameters_and_forward_pass_reproduce(legacy_threefry: None) -> No
     model = SimpleNN(3, 2, 1, random.PRNGKey(314))
     xs, _ = _seed_data()
     leaves = st.leaves(model)
-    # The seed prints 8 significant digits, hence rtol=2e-7 (a different init rule or key
-    # split would be off in the first digit).
-    close = partial(np.testing.assert_allclose, rtol=2e-7, atol=0)
+    # Compared with the suite's float tolerance (conftest.py): a different init rule or key
+    # split would be off in the first digit.
+    close = partial(np.testing.assert_allclose, rtol=FLOAT_RTOL, atol=FLOAT_ATOL)
     close(leaves[0], np.array([[-0.48662117, 0.08805605, 0.25260752], [0.55680007, -0.21773158, -0.5048137]], np.float32))
     close(leaves[1], np.array([-0.04204372, -0.52129227], np.float32))
     close(leaves[2], np.array([[-0.42024657, -0.18588884]], np.float32))
