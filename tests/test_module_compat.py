@@ -212,12 +212,9 @@ def test_layernorm_bfloat16_under_strict_promotion() -> None:
     assert y32.dtype == jnp.float32
 
 
-# -- call forms of the filtered transforms (being restructured; see the markers) ----------------
-
-_JIT_RESTRUCTURE = "needs the filter_jit/filter_grad/filter_vmap call forms of the spruce.jax restructuring"
+# -- call forms of the filtered transforms ---------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=_JIT_RESTRUCTURE)
 def test_filter_jit_lower() -> None:
     f = sj.filter_jit(lambda x, n: x * n)
     lowered = f.lower(jnp.ones(3), 2)
@@ -225,7 +222,6 @@ def test_filter_jit_lower() -> None:
     np.testing.assert_allclose(lowered.compile()(jnp.ones(3)), 2 * np.ones(3))
 
 
-@pytest.mark.xfail(strict=True, reason=_JIT_RESTRUCTURE)
 def test_filter_grad_decorator_factory() -> None:
     @sj.filter_grad(has_aux=True)
     def loss(x: jax.Array) -> Any:
@@ -236,7 +232,6 @@ def test_filter_grad_decorator_factory() -> None:
     np.testing.assert_allclose(g, [2.0, 4.0])
 
 
-@pytest.mark.xfail(strict=True, reason=_JIT_RESTRUCTURE)
 def test_filter_vmap_axis_size_and_dict_in_axes() -> None:
     def f(d: dict[str, Any]) -> Any:
         return d["x"] * 2 + d["y"]
@@ -247,7 +242,6 @@ def test_filter_vmap_axis_size_and_dict_in_axes() -> None:
     assert const.shape == (4, 2)
 
 
-@pytest.mark.xfail(strict=True, reason=_JIT_RESTRUCTURE)
 def test_filter_jit_rewrapping_reuses_the_compiled_function() -> None:
     traces: list[int] = []
 
