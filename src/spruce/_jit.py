@@ -599,7 +599,7 @@ def _shared(
             try:
                 ref = weakref.ref(instance, functools.partial(_forget, key))
             except TypeError:  # not weakly referenceable: held by the (bounded) cache
-                ref = lambda: instance  # noqa: E731
+                ref = lambda: instance
         compiled = build(ref)
         _SHARED[key] = (func, ref, compiled)
         if len(_SHARED) > _SHARED_MAX:
