@@ -6,8 +6,11 @@ dtype promotion, and the call forms of the filtered transforms."""
 from __future__ import annotations
 
 import abc
+import concurrent.futures
 import dataclasses
+import gc
 import inspect
+import weakref
 from typing import Any
 
 import jax
@@ -212,12 +215,9 @@ def test_layernorm_bfloat16_under_strict_promotion() -> None:
     assert y32.dtype == jnp.float32
 
 
-# -- call forms of the filtered transforms (being restructured; see the markers) ----------------
-
-_JIT_RESTRUCTURE = "needs the filter_jit/filter_grad/filter_vmap call forms of the spruce.jax restructuring"
+# -- call forms of the filtered transforms ---------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=_JIT_RESTRUCTURE)
 def test_filter_jit_lower() -> None:
     f = sj.filter_jit(lambda x, n: x * n)
     lowered = f.lower(jnp.ones(3), 2)
@@ -225,7 +225,6 @@ def test_filter_jit_lower() -> None:
     np.testing.assert_allclose(lowered.compile()(jnp.ones(3)), 2 * np.ones(3))
 
 
-@pytest.mark.xfail(strict=True, reason=_JIT_RESTRUCTURE)
 def test_filter_grad_decorator_factory() -> None:
     @sj.filter_grad(has_aux=True)
     def loss(x: jax.Array) -> Any:
@@ -236,7 +235,6 @@ def test_filter_grad_decorator_factory() -> None:
     np.testing.assert_allclose(g, [2.0, 4.0])
 
 
-@pytest.mark.xfail(strict=True, reason=_JIT_RESTRUCTURE)
 def test_filter_vmap_axis_size_and_dict_in_axes() -> None:
     def f(d: dict[str, Any]) -> Any:
         return d["x"] * 2 + d["y"]
@@ -247,7 +245,6 @@ def test_filter_vmap_axis_size_and_dict_in_axes() -> None:
     assert const.shape == (4, 2)
 
 
-@pytest.mark.xfail(strict=True, reason=_JIT_RESTRUCTURE)
 def test_filter_jit_rewrapping_reuses_the_compiled_function() -> None:
     traces: list[int] = []
 
@@ -270,3 +267,165 @@ def test_filter_jit_rewrapping_reuses_the_compiled_function() -> None:
     sj.filter_jit(m.apply)(jnp.ones(2))
     sj.filter_jit(m.apply)(jnp.ones(2))  # a new bound method each time
     assert traces.count(2) == 1
+
+
+def test_filter_grad_call_forms_agree() -> None:
+    def loss(x: jax.Array, scale: float) -> Any:
+        return scale * jnp.sum(x**2), x.shape
+
+    x = jnp.array([1.0, -3.0])
+    for g_fn in (sj.filter_grad(loss, has_aux=True), sj.filter_grad(has_aux=True)(loss)):
+        g, aux = g_fn(x, 0.5)
+        np.testing.assert_allclose(g, [1.0, -3.0])
+        assert aux == (2,)
+    plain = sj.filter_grad()(lambda x: jnp.sum(x**3))
+    np.testing.assert_allclose(plain(x), [3.0, 27.0])
+    for vg_fn in (sj.filter_value_and_grad(loss, has_aux=True), sj.filter_value_and_grad(has_aux=True)(loss)):
+        (value, aux), g = vg_fn(x, 2.0)
+        np.testing.assert_allclose(value, 20.0)
+        np.testing.assert_allclose(g, [4.0, -12.0])
+        assert aux == (2,)
+
+
+def test_filter_grad_bad_call_forms() -> None:
+    with pytest.raises(TypeError, match="has_aux"):
+        sj.filter_grad(has_auxx=True)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        sj.filter_value_and_grad(lambda x: x, argnums=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="filter_grad: expected a function, got int"):
+        sj.filter_grad(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="filter_value_and_grad: expected a function, got str"):
+        sj.filter_value_and_grad(has_aux=True)("loss")
+
+
+def test_filter_vmap_call_forms_and_axis_size_errors() -> None:
+    @sj.filter_vmap(in_axes=(None, {"w": 0, "tag": None}))
+    def f(scale: float, p: dict[str, Any]) -> Any:
+        return scale * p["w"], p["tag"]
+
+    out, tag = f(2.0, {"w": jnp.arange(3.0), "tag": "t"})
+    np.testing.assert_allclose(out, [0.0, 2.0, 4.0])
+    assert tag == "t"
+    mapped = sj.filter_vmap(lambda x: x + 1, axis_size=3)(jnp.arange(3.0))  # size given and agreeing
+    np.testing.assert_allclose(mapped, [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="axis_size"):
+        sj.filter_vmap(lambda x: x, axis_size=4)(jnp.arange(3.0))
+    with pytest.raises(ValueError, match="axis_size"):
+        sj.filter_vmap(lambda: jnp.ones(2))()  # nothing mapped and no size
+    with pytest.raises(TypeError, match="filter_vmap: expected a function"):
+        sj.filter_vmap(in_axes=0)(3)
+
+
+def test_filter_jit_lower_forms() -> None:
+    traces: list[int] = []
+
+    def f(x: jax.Array, *, y: jax.Array, name: str) -> Any:
+        traces.append(1)
+        return {"sum": x + y, "name": name}
+
+    jf = sj.filter_jit(f)
+    lowered = jf.lower(jnp.ones(2), y=jnp.full(2, 3.0), name="a")
+    assert traces == [1]  # traced once, not run
+    assert "add" in lowered.as_text()
+    out = lowered.compile()(jnp.ones(2), jnp.full(2, 3.0))  # array leaves in, array leaves out
+    assert isinstance(out, list) and len(out) == 1
+    np.testing.assert_allclose(out[0], [4.0, 4.0])
+    assert jf(jnp.ones(2), y=jnp.ones(2), name="b")["name"] == "b"  # lowering did not fill the cache wrongly
+
+    class Lin(spruce.Module):
+        w: jax.Array
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return self.w * x
+
+        def apply(self, x: jax.Array) -> jax.Array:
+            return self.w + x
+
+    m = Lin(jnp.array([2.0, 3.0]))
+    compiled = sj.filter_jit(m).lower(jnp.ones(2)).compile()  # the Module's arrays come first
+    np.testing.assert_allclose(compiled(jnp.array([5.0, 7.0]), jnp.ones(2)), [5.0, 7.0])
+    np.testing.assert_allclose(sj.filter_jit(m.apply).lower(jnp.ones(2)).compile()(m.w, jnp.ones(2)), [3.0, 4.0])
+    donated = sj.filter_jit(lambda a, b: a * b, donate="all-except-first").lower(jnp.ones(2), jnp.ones(2))
+    text = donated.as_text()  # the second argument is donated (aliased to the output), not the first
+    assert "%arg0: tensor<2xf32>," in text and "%arg1: tensor<2xf32> {tf.aliasing_output = 0" in text
+
+
+def test_filter_jit_sharing_between_wrappers() -> None:
+    traces: list[str] = []
+
+    def f(x: jax.Array) -> jax.Array:
+        traces.append("f")
+        return x * 2
+
+    sj.filter_jit(f)(jnp.ones(2))
+    sj.filter_jit(f, inline=True)(jnp.ones(2))  # other options: compiled separately
+    sj.filter_jit(f, inline=True)(jnp.ones(2))
+    sj.filter_jit(f, compiler_options={})(jnp.ones(2))  # unhashable options: not shared
+    sj.filter_jit(f, compiler_options={})(jnp.ones(2))
+    assert traces == ["f"] * 4
+
+    # bound methods of Modules: the instance's arrays are traced, so every instance shares
+    class Scale(spruce.Module):
+        w: jax.Array
+
+        def apply(self, x: jax.Array) -> jax.Array:
+            traces.append("Scale")
+            return self.w * x
+
+    a, b = Scale(jnp.full(2, 2.0)), Scale(jnp.full(2, 5.0))
+    np.testing.assert_allclose(sj.filter_jit(a.apply)(jnp.ones(2)), [2.0, 2.0])
+    np.testing.assert_allclose(sj.filter_jit(b.apply)(jnp.ones(2)), [5.0, 5.0])
+    assert traces.count("Scale") == 1
+
+    # bound methods of other objects: the instance is static, one compilation per instance,
+    # and the cache does not keep the instance alive
+    class Plain:
+        def __init__(self, k: float) -> None:
+            self.k = k
+
+        def apply(self, x: jax.Array) -> jax.Array:
+            traces.append("Plain")
+            return self.k * x
+
+    p, q = Plain(3.0), Plain(4.0)
+    np.testing.assert_allclose(sj.filter_jit(p.apply)(jnp.ones(2)), [3.0, 3.0])
+    np.testing.assert_allclose(sj.filter_jit(p.apply)(jnp.ones(2)), [3.0, 3.0])
+    np.testing.assert_allclose(sj.filter_jit(q.apply)(jnp.ones(2)), [4.0, 4.0])
+    assert traces.count("Plain") == 2
+    alive = weakref.ref(p)
+    del p
+    gc.collect()
+    assert alive() is None
+
+    class Slotted:  # not weakly referenceable: still shared, held by the bounded cache
+        __slots__ = ("k",)
+
+        def __init__(self, k: float) -> None:
+            self.k = k
+
+        def apply(self, x: jax.Array) -> jax.Array:
+            traces.append("Slotted")
+            return self.k + x
+
+    s = Slotted(1.0)
+    for _ in range(2):
+        np.testing.assert_allclose(sj.filter_jit(s.apply)(jnp.ones(2)), [2.0, 2.0])
+    assert traces.count("Slotted") == 1
+
+
+def test_filter_jit_shared_cache_is_bounded_and_thread_safe() -> None:
+    from spruce import _jit
+
+    def g(x: jax.Array) -> jax.Array:
+        return x - 1
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        wrappers = list(pool.map(lambda _: sj.filter_jit(g), range(16)))
+    assert all(w is wrappers[0] for w in wrappers)  # one compiled function for every thread
+
+    fresh = [(lambda x, i=i: x + i) for i in range(_jit._SHARED_MAX + 10)]
+    for fn in fresh:
+        sj.filter_jit(fn)
+    assert len(_jit._SHARED) == _jit._SHARED_MAX
+    assert sj.filter_jit(fresh[-1]) is sj.filter_jit(fresh[-1])
+    assert sj.filter_jit(g) is not wrappers[0]  # evicted, compiled anew

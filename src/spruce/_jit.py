@@ -9,10 +9,13 @@ leaf list into arrays and the rest (``_is_dynamic``, ``_split``, ``_merge``) are
 
 from __future__ import annotations
 
+import collections
 import functools
 import operator
+import threading
 import types
 import warnings
+import weakref
 from typing import Any, Callable
 
 import jax
@@ -444,97 +447,27 @@ def _call_first(f: Any, /, *args: Any, **kwargs: Any) -> Any:
     return f(*args, **kwargs)
 
 
-# jax.jit options whose meaning depends on argument positions or on the output's structure:
-# jax.jit would see filter_jit's list of array leaves, not the user's arguments.
-_POSITIONAL_JIT_OPTIONS = {
-    "static_argnums": "every non-array leaf is already static; pass a Python value or mark a Module field static",
-    "static_argnames": "every non-array leaf is already static; pass a Python value or mark a Module field static",
-    "donate_argnums": 'use donate="all" or donate="all-except-first"',
-    "donate_argnames": 'use donate="all" or donate="all-except-first"',
-    "in_shardings": "place the arrays with jax.device_put (or spruce.sharding) before the call",
-    "out_shardings": "apply jax.lax.with_sharding_constraint to the output inside the function",
-}
-_DONATE = ("none", "all", "all-except-first")
-_DONATION_WARNING = "Some donated buffers were not usable"
+def _compile(
+    inner: Callable[..., Any], donate: str, jit_kwargs: dict[str, Any], kept: int, allow_direct: bool
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The compiled state of ``inner`` under the given options: ``(call, lower)``.
 
-
-def filter_jit(fun: Callable[..., Any] | None = None, *, donate: str = "none", **jit_kwargs: Any) -> Any:
-    """Compile ``fun`` with ``jax.jit``, tracing only the array leaves of its arguments.
-
-    Args:
-      fun: any function of pytrees (positional and keyword arguments).  Usable as
-        ``@filter_jit`` or ``@filter_jit(**jit_kwargs)``.  If ``fun`` is itself a pytree node
-        (a Module with ``__call__``), its array leaves are traced too rather than baked into
-        the compiled code as constants.
-      donate: which input buffers XLA may reuse for the outputs (``jax.jit``'s donation, by
-        argument as Equinox's ``filter_jit``): ``"none"`` (default), ``"all"`` (every array
-        leaf of the arguments, and of ``fun`` itself if it is a Module), or
-        ``"all-except-first"`` (all but those of the first positional argument, and never
-        ``fun``'s own).  A donated array is deleted by the call (``x.is_deleted()``); reading it
-        afterwards raises.  JAX's warning about donated buffers it could not reuse is not shown.
-      jit_kwargs: other ``jax.jit`` options (e.g. ``keep_unused``, ``inline``,
-        ``compiler_options``), forwarded as they are.  The options that count positions
-        (``static_argnums``, ``static_argnames``, ``donate_argnums``, ``donate_argnames``,
-        ``in_shardings``, ``out_shardings``) are refused: jax.jit would apply them to
-        filter_jit's list of array leaves, not to the arguments.
-
-    Returns:
-      A function with ``fun``'s signature (usable as a method: it binds like any function).
-      Array leaves (JAX and NumPy arrays, NumPy scalars) of the inputs are traced; every other
-      leaf (Python numbers, strings, functions, ...) and the tree structures are static: a new
-      combination of them compiles anew.  Outputs: array leaves come back as JAX arrays, other
-      leaves as the Python objects the trace produced.
-
-    Raises:
-      TypeError: ``fun`` is not callable; a static leaf of the arguments is not hashable; one
-        of the refused ``jax.jit`` options above is given (the message says what to use).
-      ValueError: ``donate`` is not one of the three strings; two traces for the same arguments
-        (same shapes and dtypes) returned different non-array outputs.
-
-    The call never waits for the computation: like ``jax.jit`` it returns as soon as the work is
-    dispatched (JAX's asynchronous dispatch); block with ``jax.block_until_ready``.
-
-    Cost per call: one walk of the arguments in Python that reads Module fields directly (no
-    PyTreeDef is built), one comparison with the last call's key (or one dict lookup keyed by
-    the structure and static leaves), and one call of the jitted function with the array leaves
-    as positional arguments (JAX's C++ fast path); an output that is a single array is returned
-    as jax.jit returns it, other outputs are rebuilt with one spruce unflatten.  A call whose
-    arguments are all arrays or None goes to a ``jax.jit`` of ``fun`` itself (while its outputs
-    are arrays in tuples, lists and None); ``fun`` may therefore be traced more than once.
-    Static leaves are compared by type and ``==`` (so ``1``, ``1.0`` and ``True`` compile
-    separately).  The walk assumes that the pytree registration of a Module class or a
-    namedtuple type does not change once filter_jit has seen one of its instances
-    (RuntimeError at the next compilation if it does).
-
-    Follows equinox.filter_jit, except that it never blocks on the result (equinox's does, on
-    every call) and static leaves are keyed with their type.
+    ``call(*args, **kwargs)`` runs ``inner`` compiled (a cache of entries keyed by the structure
+    and static leaves of the arguments); ``lower(*args, **kwargs)`` returns jax.jit's Lowered of
+    a fresh entry.  ``kept`` is 1 when ``args[0]`` is a leading argument that is not the user's
+    (a Module as the function, or the instance of a bound method); ``allow_direct`` enables the
+    direct mode (arguments all arrays or None passed to a ``jax.jit`` of ``inner`` itself).
     """
-    for name in jit_kwargs:
-        if name in _POSITIONAL_JIT_OPTIONS:
-            raise TypeError(
-                f"filter_jit does not take {name}=: jax.jit would apply it to the list of array "
-                f"leaves that filter_jit compiles, not to your arguments; {_POSITIONAL_JIT_OPTIONS[name]}"
-            )
-    if donate not in _DONATE:
-        raise ValueError(f"filter_jit: donate must be one of {', '.join(map(repr, _DONATE))}, got {donate!r}")
-    if fun is None:
-        return lambda f: filter_jit(f, donate=donate, **jit_kwargs)
-    if not callable(fun):
-        raise TypeError(f"filter_jit: expected a function, got {type(fun).__name__}")
     cache: dict[tuple[Any, ...], Callable[..., Any]] = {}
     entries: dict[tuple[Any, ...], _Entry] = {}
     arrays = _ARRAY_TYPES
     walkers = _WALKERS
     walk = _walk
 
-    # A Module (or other pytree) as the function is walked as a leading argument.
-    fun_is_tree = _tree.is_tree_node(type(fun))
-    inner: Callable[..., Any] = _call_first if fun_is_tree else fun
-
     # Calls whose positional arguments are all arrays or None (and no keyword arguments) go
-    # straight to a jax.jit of fun: nothing to split, nothing to key.  Not with jit options or
-    # donation, nor for a Module as the function.
-    direct: Any = None if (jit_kwargs or donate != "none" or fun_is_tree) else _direct_jit(fun)
+    # straight to a jax.jit of inner: nothing to split, nothing to key.  Not with jit options or
+    # donation, nor with a leading Module argument.
+    direct: Any = _direct_jit(inner) if (allow_direct and not jit_kwargs and donate == "none") else None
     direct_types = _DIRECT_TYPES
 
     # (key list, cache callable) of the last call: a repeated structure skips hashing the key.
@@ -545,7 +478,7 @@ def filter_jit(fun: Callable[..., Any] | None = None, *, donate: str = "none", *
         last[0] = (None, None)
         entry = entries.get(k)
         if entry is None:  # a new structure or new static leaves: compile
-            entry = _new_entry(inner, args, kwargs, dyn, jit_kwargs, donate, int(fun_is_tree))
+            entry = _new_entry(inner, args, kwargs, dyn, jit_kwargs, donate, kept)
             out, fast = entry.first_call(dyn)
             entries[k] = entry
             cache[k] = fast
@@ -555,7 +488,7 @@ def filter_jit(fun: Callable[..., Any] | None = None, *, donate: str = "none", *
         cache[k] = fast
         return fast(*dyn)
 
-    def jitted(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
         nonlocal direct
         if direct is not None and not kwargs:
             for a in args:
@@ -605,19 +538,234 @@ def filter_jit(fun: Callable[..., Any] | None = None, *, donate: str = "none", *
             return slow(tuple(key), args, kwargs, dyn)
 
     if donate != "none":
-        plain = jitted
+        plain = call
 
-        def jitted(*args: Any, **kwargs: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=_DONATION_WARNING)
                 return plain(*args, **kwargs)
 
-    if fun_is_tree:
+    def lower(*args: Any, **kwargs: Any) -> Any:
+        dyn = _split(_tree.leaves((args, kwargs)))[0]
+        entry = _new_entry(inner, args, kwargs, dyn, jit_kwargs, donate, kept)
+        return entry.jitted.lower(*dyn)
 
-        def jitted_module(*args: Any, **kwargs: Any) -> Any:
-            return jitted(fun, *args, **kwargs)
+    return call, lower
 
-        functools.update_wrapper(jitted_module, fun, updated=())  # (not the Module's fields)
-        return jitted_module
-    functools.update_wrapper(jitted, fun)
+
+# The compiled states shared by filter_jit wrappers of the same function and options, most
+# recently used last.  Key: (kind, id of the function, id of a bound method's instance or 0,
+# donate, jit options); value: (the function, the instance's weak reference or None, (call,
+# lower)).  A hit also checks identity, since an id can be reused once its object is gone.
+_SHARED_MAX = 256
+_SHARED: collections.OrderedDict[tuple[Any, ...], tuple[Any, Any, tuple[Callable[..., Any], Callable[..., Any]]]] = (
+    collections.OrderedDict()
+)
+_SHARED_LOCK = threading.RLock()  # (reentrant: a weak reference's callback may run inside it)
+
+
+def _forget(key: tuple[Any, ...], ref: Any) -> None:
+    """Callback of a bound method's instance's weak reference: drop its compiled state."""
+    with _SHARED_LOCK:
+        held = _SHARED.get(key)
+        if held is not None and held[1] is ref:
+            del _SHARED[key]
+
+
+def _shared(
+    kind: str,
+    func: Callable[..., Any],
+    instance: Any,
+    donate: str,
+    jit_kwargs: dict[str, Any],
+    build: Callable[[Any], tuple[Callable[..., Any], Callable[..., Any]]],
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The (call, lower) pair for ``func`` (and a bound method's ``instance``, held weakly if it
+    can be), built by ``build(ref)`` on a miss; ``ref()`` returns the instance.  Options that
+    are not hashable are not shared."""
+    try:
+        key: tuple[Any, ...] = (kind, id(func), 0 if instance is None else id(instance), donate)
+        key += tuple(sorted(jit_kwargs.items()))
+        hash(key)
+    except TypeError:
+        return build(lambda: instance)
+    with _SHARED_LOCK:
+        held = _SHARED.get(key)
+        if held is not None and held[0] is func and (held[1] is None or held[1]() is instance):
+            _SHARED.move_to_end(key)
+            return held[2]
+        ref: Any = None
+        if instance is not None:
+            try:
+                ref = weakref.ref(instance, functools.partial(_forget, key))
+            except TypeError:  # not weakly referenceable: held by the (bounded) cache
+                ref = lambda: instance
+        compiled = build(ref)
+        _SHARED[key] = (func, ref, compiled)
+        if len(_SHARED) > _SHARED_MAX:
+            _SHARED.popitem(last=False)
+        return compiled
+
+
+def _method_of(func: Callable[..., Any], ref: Any) -> Callable[..., Any]:
+    """``func`` bound to the instance that ``ref()`` returns (alive whenever a wrapper runs)."""
+
+    def method(*args: Any, **kwargs: Any) -> Any:
+        return func(ref(), *args, **kwargs)
+
+    return method
+
+
+# jax.jit options whose meaning depends on argument positions or on the output's structure:
+# jax.jit would see filter_jit's list of array leaves, not the user's arguments.
+_POSITIONAL_JIT_OPTIONS = {
+    "static_argnums": "every non-array leaf is already static; pass a Python value or mark a Module field static",
+    "static_argnames": "every non-array leaf is already static; pass a Python value or mark a Module field static",
+    "donate_argnums": 'use donate="all" or donate="all-except-first"',
+    "donate_argnames": 'use donate="all" or donate="all-except-first"',
+    "in_shardings": "place the arrays with jax.device_put (or spruce.sharding) before the call",
+    "out_shardings": "apply jax.lax.with_sharding_constraint to the output inside the function",
+}
+_DONATE = ("none", "all", "all-except-first")
+_DONATION_WARNING = "Some donated buffers were not usable"
+
+
+def filter_jit(fun: Callable[..., Any] | None = None, *, donate: str = "none", **jit_kwargs: Any) -> Any:
+    """Compile ``fun`` with ``jax.jit``, tracing only the array leaves of its arguments.
+
+    Args:
+      fun: any function of pytrees (positional and keyword arguments).  Usable as
+        ``@filter_jit`` or ``@filter_jit(**jit_kwargs)``.  If ``fun`` is itself a pytree node
+        (a Module with ``__call__``), or a bound method whose instance is one (``model.apply``
+        of a Module), the array leaves of that Module are traced too rather than baked into the
+        compiled code as constants.
+      donate: which input buffers XLA may reuse for the outputs (``jax.jit``'s donation, by
+        argument as Equinox's ``filter_jit``): ``"none"`` (default), ``"all"`` (every array
+        leaf of the arguments, and of ``fun``'s own Module as above), or
+        ``"all-except-first"`` (all but those of the first positional argument, and never
+        ``fun``'s own).  A donated array is deleted by the call (``x.is_deleted()``); reading it
+        afterwards raises.  JAX's warning about donated buffers it could not reuse is not shown.
+      jit_kwargs: other ``jax.jit`` options (e.g. ``keep_unused``, ``inline``,
+        ``compiler_options``), forwarded as they are.  The options that count positions
+        (``static_argnums``, ``static_argnames``, ``donate_argnums``, ``donate_argnames``,
+        ``in_shardings``, ``out_shardings``) are refused: jax.jit would apply them to
+        filter_jit's list of array leaves, not to the arguments.
+
+    Returns:
+      A function with ``fun``'s signature (usable as a method: it binds like any function).
+      Array leaves (JAX and NumPy arrays, NumPy scalars) of the inputs are traced; every other
+      leaf (Python numbers, strings, functions, ...) and the tree structures are static: a new
+      combination of them compiles anew.  Outputs: array leaves come back as JAX arrays, other
+      leaves as the Python objects the trace produced.
+
+      Its ``lower(*args, **kwargs)`` traces for those arguments without running and returns
+      ``jax.jit``'s ``jax.stages.Lowered`` (``.as_text()``, ``.compile()``, ``.cost_analysis()``)
+      of the function of the array leaves, as Equinox's ``filter_jit(f).lower``.  Its compiled
+      form is called with those array leaves as positional arguments, in ``spruce.tree.flatten``
+      order of ``(args, kwargs)`` (preceded by those of ``fun``'s own Module, as above), and
+      returns the output's array leaves: the array itself for an output that is one array,
+      otherwise their list.  Static arguments are fixed by the ``lower`` call.
+
+    Raises:
+      TypeError: ``fun`` is not callable; a static leaf of the arguments is not hashable; one
+        of the refused ``jax.jit`` options above is given (the message says what to use).
+      ValueError: ``donate`` is not one of the three strings; two traces for the same arguments
+        (same shapes and dtypes) returned different non-array outputs.
+
+    Wrapping the same function again (or a bound method of the same instance, or a bound method
+    of any Module instance with the same method, or any Module as the function) with the same
+    options reuses the compiled code of the earlier wrapper: the functions are kept in a bounded
+    cache (the 256 most recently wrapped, with a bound method's instance held by a weak
+    reference when it can be) shared by all threads.  Options that are not hashable (e.g. a
+    ``compiler_options`` dict) give a wrapper of its own.
+
+    The call never waits for the computation: like ``jax.jit`` it returns as soon as the work is
+    dispatched (JAX's asynchronous dispatch); block with ``jax.block_until_ready``.
+
+    Cost per call: one walk of the arguments in Python that reads Module fields directly (no
+    PyTreeDef is built), one comparison with the last call's key (or one dict lookup keyed by
+    the structure and static leaves), and one call of the jitted function with the array leaves
+    as positional arguments (JAX's C++ fast path); an output that is a single array is returned
+    as jax.jit returns it, other outputs are rebuilt with one spruce unflatten.  A call whose
+    arguments are all arrays or None goes to a ``jax.jit`` of ``fun`` itself (while its outputs
+    are arrays in tuples, lists and None); ``fun`` may therefore be traced more than once.
+    Static leaves are compared by type and ``==`` (so ``1``, ``1.0`` and ``True`` compile
+    separately).  The walk assumes that the pytree registration of a Module class or a
+    namedtuple type does not change once filter_jit has seen one of its instances
+    (RuntimeError at the next compilation if it does).
+
+    Follows equinox.filter_jit, except that it never blocks on the result (equinox's does, on
+    every call) and static leaves are keyed with their type.
+
+    >>> import jax.numpy as jnp
+    >>> f = filter_jit(lambda x, n: x * n)
+    >>> f(jnp.ones(2), 3).tolist()
+    [3.0, 3.0]
+    >>> f.lower(jnp.ones(2), 3).compile()(jnp.ones(2)).tolist()
+    [3.0, 3.0]
+    """
+    for name in jit_kwargs:
+        if name in _POSITIONAL_JIT_OPTIONS:
+            raise TypeError(
+                f"filter_jit does not take {name}=: jax.jit would apply it to the list of array "
+                f"leaves that filter_jit compiles, not to your arguments; {_POSITIONAL_JIT_OPTIONS[name]}"
+            )
+    if donate not in _DONATE:
+        raise ValueError(f"filter_jit: donate must be one of {', '.join(map(repr, _DONATE))}, got {donate!r}")
+    if fun is None:
+        return lambda f: filter_jit(f, donate=donate, **jit_kwargs)
+    if not callable(fun):
+        raise TypeError(f"filter_jit: expected a function, got {type(fun).__name__}")
+
+    lead: Any  # a Module passed as the leading argument: fun itself, or a bound method's instance
+    if _tree.is_tree_node(type(fun)):
+        lead = fun
+        call, lower = _shared(
+            "module", _call_first, None, donate, jit_kwargs, lambda _: _compile(_call_first, donate, jit_kwargs, 1, False)
+        )
+    elif isinstance(fun, types.MethodType) and _tree.is_tree_node(type(fun.__self__)):
+        lead = fun.__self__
+        func = fun.__func__
+        call, lower = _shared(
+            "method", func, None, donate, jit_kwargs, lambda _: _compile(func, donate, jit_kwargs, 1, False)
+        )
+    elif isinstance(fun, types.MethodType):  # the instance is static: compiled per instance
+        func = fun.__func__
+        call, lower = _shared(
+            "method",
+            func,
+            fun.__self__,
+            donate,
+            jit_kwargs,
+            lambda ref: _compile(_method_of(func, ref), donate, jit_kwargs, 0, True),
+        )
+        lead = None
+    else:
+
+        def build(_: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
+            call, lower = _compile(fun, donate, jit_kwargs, 0, True)
+            functools.update_wrapper(call, fun)
+            call.lower = lower  # type: ignore[attr-defined]
+            return call, lower
+
+        return _shared("function", fun, None, donate, jit_kwargs, build)[0]
+
+    if lead is None:
+
+        def jitted(*args: Any, **kwargs: Any) -> Any:
+            return call(*args, **kwargs)
+
+        def jitted_lower(*args: Any, **kwargs: Any) -> Any:
+            return lower(*args, **kwargs)
+
+    else:
+
+        def jitted(*args: Any, **kwargs: Any) -> Any:
+            return call(lead, *args, **kwargs)
+
+        def jitted_lower(*args: Any, **kwargs: Any) -> Any:
+            return lower(lead, *args, **kwargs)
+
+    functools.update_wrapper(jitted, fun, updated=())  # (not a Module's fields)
+    jitted.lower = jitted_lower  # type: ignore[attr-defined]
     return jitted

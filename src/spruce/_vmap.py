@@ -13,23 +13,48 @@ from ._jit import _merge, _split
 from ._module._arrays import is_array
 
 def filter_vmap(
-    fun: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0, axis_name: Hashable | None = None
-) -> Callable[..., Any]:
+    fun: Callable[..., Any] | None = None,
+    in_axes: Any = 0,
+    out_axes: Any = 0,
+    axis_name: Hashable | None = None,
+    axis_size: int | None = None,
+) -> Any:
     """``jax.vmap`` over the array leaves of the arguments; other leaves are not mapped.
 
     Args:
-      fun: a function of positional pytree arguments.
+      fun: a function of positional pytree arguments.  Without it, ``filter_vmap(in_axes=...)``
+        returns a decorator (as Equinox's).
       in_axes: an int or None for every array leaf of every argument, or a tuple with one entry
         per positional argument, each an int / None or a pytree prefix of that argument with
-        int / None leaves.  Non-array leaves are never mapped, whatever the spec says.
+        int / None leaves (e.g. ``in_axes=(dict(x=0, y=None),)`` for one dict argument: its
+        ``"x"`` entry is mapped over axis 0, its ``"y"`` entry is not).  Non-array leaves are never mapped, whatever the spec says.
       out_axes: int or None for every array leaf of the output (non-array outputs are returned
         as traced, unmapped).
       axis_name: as jax.vmap.
+      axis_size: the size of the mapped axis, passed to jax.vmap; needed when no argument is
+        mapped (the output then gets a new leading axis of that size), otherwise it must equal
+        the mapped arguments' size.
 
     Returns:
-      The vectorised function.  Raises ValueError (from JAX) when mapped sizes disagree.
+      The vectorised function.  Raises ValueError (from JAX) when mapped sizes disagree with
+      each other or with ``axis_size``, or when nothing is mapped and ``axis_size`` is not
+      given; ValueError when ``in_axes`` is a tuple of the wrong length; TypeError when ``fun``
+      is not callable.
     Follows equinox.filter_vmap (restricted to positional arguments).
+
+    >>> import jax.numpy as jnp
+    >>> f = filter_vmap(lambda d: d["x"] * 2 + d["y"], in_axes=(dict(x=0, y=None),))
+    >>> f({"x": jnp.arange(3.0), "y": jnp.ones(())}).tolist()
+    [1.0, 3.0, 5.0]
+    >>> filter_vmap(lambda: jnp.ones(2), axis_size=4)().shape
+    (4, 2)
     """
+    if fun is None:
+        return functools.partial(
+            filter_vmap, in_axes=in_axes, out_axes=out_axes, axis_name=axis_name, axis_size=axis_size
+        )
+    if not callable(fun):
+        raise TypeError(f"filter_vmap: expected a function, got {type(fun).__name__}")
 
     @functools.wraps(fun)
     def wrapper(*args: Any) -> Any:
@@ -61,7 +86,9 @@ def filter_vmap(
 
         dyn = [all_leaves[i] for i in dyn_idx]
         axes = [leaf_axes[i] for i in dyn_idx]
-        out_dyn = jax.vmap(mapped, in_axes=(axes,), out_axes=out_axes, axis_name=axis_name)(dyn)
+        out_dyn = jax.vmap(mapped, in_axes=(axes,), out_axes=out_axes, axis_name=axis_name, axis_size=axis_size)(
+            dyn
+        )
         return cell[0].unflatten(_merge(out_dyn, cell[1]))
 
     return wrapper
