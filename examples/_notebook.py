@@ -1,11 +1,11 @@
-"""Print values the way the seed's notebook showed them, so the outputs can be compared.
+"""Print values the way the English tutorial's notebook showed them, so the outputs can be compared.
 
-The seed (shared/seeds/002_*.txt) is a Jupyter page: each output cell is the notebook's
+That tutorial (see examples/README.md) is a Jupyter page: each output cell is the notebook's
 pretty display of the value.  ``notebook_repr`` lays out dicts, lists and plain tuples the same
 way — one line if the value fits in 79 columns, otherwise one item per line with each nesting
 level indented by one more space — and prints everything else (arrays, namedtuples, Modules)
 with its own ``repr``, the continuation lines indented to the current level.  That is enough to
-reproduce every output block of the seed character for character.
+reproduce every output block of the tutorial character for character.
 
 Shared by the example scripts (``python examples/X.py`` puts ``examples/`` on ``sys.path``).
 """

@@ -1,7 +1,8 @@
-"""The seed's hand-written two-layer network, with its parameters in a dict.
+"""The English tutorial's hand-written two-layer network, with its parameters in a dict.
 
-shared/seeds/002_*.txt, section "Example: Neural network parameters", run with spruce.tree in
-place of jax.tree_util (JAX still does the arrays, ``vmap``, ``jit`` and ``grad``):
+The tutorial's section "Example: Neural network parameters" (see examples/README.md), run
+with spruce.tree in place of jax.tree_util (JAX still does the arrays, ``vmap``, ``jit`` and
+``grad``):
 
 1. ``params``: a dict of dicts of arrays, drawn from ``PRNGKey(0)``;
 2. ``simple_nn(xs, params)``: the forward pass on one example, batched with ``jax.vmap``;
@@ -10,16 +11,16 @@ place of jax.tree_util (JAX still does the arrays, ``vmap``, ``jit`` and ``grad`
 5. the L2 regulariser ``tree.reduce(..., tree.map(lambda x: x ** 2, params), 0.0)``;
 6. ``jax.jit(jax.value_and_grad(loss))`` of the regularised loss.
 
-With ``jax_threefry_partitionable=False`` (the setting the seed was produced with) the
-parameters, the forward pass, the squared parameters and the L2 sum print exactly the seed's
-text.  **Where this script differs from the seed:** the targets ``ys``.  The seed's loss and
-gradients were computed with a ``ys`` held in its notebook that the page does not show (the
-code it shows gives other numbers), so the loss and gradient values printed here are this
-script's own.  ``pred`` has shape (10, 1) and ``ys`` (10,), so ``pred - ys`` broadcasts to
-(10, 10) — as in the seed, which this script follows — and the loss sees ``ys`` only through
-its mean and mean square; the last section prints ours next to the ones the seed's numbers
-imply.  The SGD step is also applied to the seed's printed gradient, which gives the seed's
-printed ``new_params`` exactly.
+With ``jax_threefry_partitionable=False`` (the setting the tutorial was produced with)
+the parameters, the forward pass, the squared parameters and the L2 sum print exactly the
+tutorial's text.  **Where this script differs from the tutorial:** the targets ``ys``.  The
+tutorial's loss and gradients were computed with a ``ys`` held in its notebook that the page
+does not show (the code it shows gives other numbers), so the loss and gradient values printed
+here are this script's own.  ``pred`` has shape (10, 1) and ``ys`` (10,), so ``pred - ys``
+broadcasts to (10, 10) — as in the tutorial, which this script follows — and the loss sees
+``ys`` only through its mean and mean square; the last section prints ours next to the ones
+the tutorial's numbers imply.  The SGD step is also applied to the tutorial's printed
+gradient, which gives the tutorial's printed ``new_params`` exactly.
 
 Run: ``PYTHONPATH=src python examples/nn_dict_params.py`` (about 2 s).
 """
@@ -41,9 +42,9 @@ Params = dict[str, dict[str, jax.Array]]
 
 
 def init_params(key: jax.Array) -> tuple[Params, jax.Array]:
-    """The seed's parameters: W1 (2, 3), b1 (2,), W2 (1, 2), b2 (1,), standard normal.
+    """The tutorial's parameters: W1 (2, 3), b1 (2,), W2 (1, 2), b2 (1,), standard normal.
 
-    Returns the parameters and ``keys[0]``, which the seed goes on to split for the data."""
+    Returns the parameters and ``keys[0]``, which the tutorial goes on to split for the data."""
     keys = random.split(key, 4)
     params = {
         "layer1": {
@@ -59,8 +60,8 @@ def init_params(key: jax.Array) -> tuple[Params, jax.Array]:
 
 
 def make_data(key0: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The seed's inputs ``xs`` (10, 3) and this script's targets ``ys`` (10,), from the code
-    the seed shows (its own ``ys`` is not reproducible, see the module docstring)."""
+    """The tutorial's inputs ``xs`` (10, 3) and this script's targets ``ys`` (10,), from the code
+    the tutorial shows (its own ``ys`` is not reproducible, see the module docstring)."""
     key, subkey = random.split(key0)
     xs = random.normal(subkey, (10, 3))
     key, subkey = random.split(key)
@@ -79,7 +80,7 @@ def simple_nn(x: jax.Array, params: Params) -> jax.Array:
 
 
 def loss(params: Params, xs: jax.Array, ys: jax.Array) -> jax.Array:
-    """Mean squared error (with the seed's (10, 1) - (10,) broadcast)."""
+    """Mean squared error (with the tutorial's (10, 1) - (10,) broadcast)."""
     pred = simple_nn(xs, params)
     return jnp.mean((pred - ys) ** 2)
 
@@ -95,7 +96,7 @@ def l2_norm(params: Any) -> jax.Array:
 
 
 def loss_l2(params: Params, xs: jax.Array, ys: jax.Array) -> jax.Array:
-    """The seed's regularised loss: squared error + 0.1 * L2."""
+    """The tutorial's regularised loss: squared error + 0.1 * L2."""
     pred = simple_nn(xs, params)
     squared_error = jnp.mean((pred - ys) ** 2)
     return squared_error + 0.1 * l2_norm(params)
@@ -106,8 +107,8 @@ def sgd_step(params: Any, grads: Any, lr: float = 0.1) -> Any:
     return tree.map(lambda x, g: x - lr * g, params, grads)
 
 
-# The seed's printed gradient (its ``g = grad_loss(params, xs, ys)``), re-typed as float32.
-# float32 values printed by JAX round-trip exactly, so these are the seed's very numbers.
+# The tutorial's printed gradient (its ``g = grad_loss(params, xs, ys)``), re-typed as float32.
+# float32 values printed by JAX round-trip exactly, so these are the tutorial's very numbers.
 _f32 = partial(np.array, dtype=np.float32)
 SEED_GRAD: Params = {
     "layer1": {
@@ -116,7 +117,7 @@ SEED_GRAD: Params = {
     },
     "layer2": {"W": _f32([[-0.47350553, -1.016762]]), "b": _f32([1.0130714])},
 }
-SEED_LOSS = 1.0290194  # the seed's loss(params, xs, ys)
+SEED_LOSS = 1.0290194  # the tutorial's loss(params, xs, ys)
 
 
 def section(title: str) -> None:
@@ -134,15 +135,15 @@ def main() -> None:
     section("tree.structure(params)")
     print(tree.structure(params))
 
-    section("xs  [the seed's inputs; its page does not print them]")
+    section("xs  [the tutorial's inputs; its page does not print them]")
     print(notebook_repr(xs))
     section("simple_nn(xs, params)")
     pred = simple_nn(xs, params)
     print(notebook_repr(pred))
 
-    section("ys  [this script's targets, from the code the seed shows; not the seed's ys]")
+    section("ys  [this script's targets, from the code the tutorial shows; not the tutorial's ys]")
     print(notebook_repr(ys))
-    section("loss(params, xs, ys)  [this script's ys; the seed printed 1.0290194]")
+    section("loss(params, xs, ys)  [this script's ys; the tutorial printed 1.0290194]")
     print(notebook_repr(loss(params, xs, ys)))
 
     grad_loss = jax.jit(jax.grad(loss))
@@ -157,7 +158,7 @@ def main() -> None:
     loss_jit = jax.jit(loss)
     print(f"loss before {float(loss_jit(params, xs, ys)):.7f}, after {float(loss_jit(new_params, xs, ys)):.7f}")
 
-    section("the same SGD step with the seed's printed gradient")
+    section("the same SGD step with the tutorial's printed gradient")
     print(notebook_repr(sgd_step(params, tree.map(jnp.asarray, SEED_GRAD))))
 
     section("params_2 = tree.map(lambda x: x ** 2, params)")
@@ -183,9 +184,9 @@ def main() -> None:
     print(f"v == loss + 0.1 * L2: {float(v_err) < 1e-6}")
     print(f"max |g_l2 - g - 0.2 * params| = {float(g_err):.1e}")
 
-    section("where the data differs from the seed")
+    section("where the data differs from the tutorial")
     # pred (10, 1) - ys (10,) is (10, 10): the loss is mean(p**2) - 2 mean(p) mean(y) + mean(y**2),
-    # and d loss / d layer2.b = 2 (mean(p) - mean(y)).  The seed's printed loss and layer2.b
+    # and d loss / d layer2.b = 2 (mean(p) - mean(y)).  The tutorial's printed loss and layer2.b
     # gradient therefore fix the mean and the mean square of its ys.
     p = np.asarray(pred, np.float64)[:, 0]
     seed_mean = p.mean() - float(SEED_GRAD["layer2"]["b"][0]) / 2
@@ -193,7 +194,7 @@ def main() -> None:
     y = np.asarray(ys, np.float64)
     print(f"pred.shape {pred.shape}, ys.shape {ys.shape}, (pred - ys).shape {(pred - ys).shape}")
     print(f"this script's ys: mean {y.mean():+.6f}, mean square {(y**2).mean():.6f}")
-    print(f"the seed's ys:    mean {seed_mean:+.6f}, mean square {seed_mean_sq:.6f} (implied by its loss and gradient)")
+    print(f"the tutorial's ys: mean {seed_mean:+.6f}, mean square {seed_mean_sq:.6f} (implied by its loss and gradient)")
 
 
 if __name__ == "__main__":

@@ -1,16 +1,16 @@
-"""The seed's two-layer network again, with its parameters in named tuples.
+"""The English tutorial's two-layer network again, with its parameters in named tuples.
 
-shared/seeds/002_*.txt, section "Named tuples": the same parameters as
+The tutorial's section "Named tuples" (see examples/README.md): the same parameters as
 ``nn_dict_params.py`` (same keys, same draws) held in ``NNParameters(layer1, layer2)`` of
 ``LayerParameters(W, b)``.  Named tuples are pytree nodes, so spruce.tree maps and reduces over
 them, JAX's ``vmap`` / ``jit`` / ``value_and_grad`` accept them, and the gradient comes back as
 an ``NNParameters``.
 
 With ``jax_threefry_partitionable=False`` the parameters, ``params.layer1``,
-``params.layer1.W``, the structure and the squared parameters print exactly the seed's text.
-**Where this script differs from the seed:** the targets ``ys`` (the seed's came from notebook
+``params.layer1.W``, the structure and the squared parameters print exactly the tutorial's text.
+**Where this script differs from the tutorial:** the targets ``ys`` (the tutorial's came from notebook
 state it does not show; see ``nn_dict_params.py``), so the loss and gradient are this script's
-own — the seed printed ``Array(2.3701239, dtype=float32)`` for the loss.
+own — the tutorial printed ``Array(2.3701239, dtype=float32)`` for the loss.
 
 Run: ``PYTHONPATH=src python examples/nn_namedtuple_params.py`` (about 2 s).
 """
@@ -33,7 +33,7 @@ LayerParameters = namedtuple("LayerParameters", ["W", "b"])
 
 
 def init_params(key: jax.Array) -> tuple[Any, jax.Array]:
-    """The seed's parameters as named tuples; also returns ``keys[0]`` (for the data)."""
+    """The tutorial's parameters as named tuples; also returns ``keys[0]`` (for the data)."""
     keys = random.split(key, 4)
     params = NNParameters(
         LayerParameters(
@@ -49,7 +49,7 @@ def init_params(key: jax.Array) -> tuple[Any, jax.Array]:
 
 
 def make_data(key0: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``xs`` (10, 3) as in the seed, ``ys`` (10,) from the code the seed shows."""
+    """``xs`` (10, 3) as in the tutorial, ``ys`` (10,) from the code the tutorial shows."""
     key, subkey = random.split(key0)
     xs = random.normal(subkey, (10, 3))
     key, subkey = random.split(key)

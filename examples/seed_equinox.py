@@ -1,17 +1,17 @@
-"""The seed's "Equinox - How to actually do this in practice" section, run with spruce.
+"""The English tutorial's "Equinox - How to actually do this in practice" section, run with spruce.
 
-shared/seeds/002_*.txt builds a two-layer network as an ``equinox.Module``; here it is a
+The tutorial (see examples/README.md) builds a two-layer network as an ``equinox.Module``; here it is a
 ``spruce.Module`` with ``spruce.nn.Linear`` layers, and the pytree functions come from
 ``spruce.tree_util`` (jax.tree_util's names) instead of ``jax.tree_util``.
 
-With ``jax_threefry_partitionable=False`` (the setting the seed was produced with) the model's
+With ``jax_threefry_partitionable=False`` (the setting the tutorial was produced with) the model's
 repr, the forward pass, its PyTreeDef, the parameters, ``flatten_one_level`` and the L2 sum
-print exactly the seed's text.  Two notes:
+print exactly the tutorial's text.  Two notes:
 
-- **Where this script differs from the seed: the targets** ``ys``.  The seed's came from
+- **Where this script differs from the tutorial: the targets** ``ys``.  The tutorial's came from
   notebook state that the page does not show (see ``nn_dict_params.py``), so the loss and
-  gradient values here are this script's own (the seed printed 0.69529444 for the loss).
-- The L2 sum is printed from ``jax.jit``: 1.4990535, as in the seed.  The same expression run
+  gradient values here are this script's own (the tutorial printed 0.69529444 for the loss).
+- The L2 sum is printed from ``jax.jit``: 1.4990535, as in the tutorial.  The same expression run
   op by op (eager) in jax 0.10.2 rounds the last float32 digit differently (1.4990536); both
   are within one unit in the last place of the exact sum 1.49905354.
 
@@ -53,7 +53,7 @@ class SimpleNN(spruce.Module):
 
 
 def make_data() -> tuple[jax.Array, jax.Array]:
-    """The seed's ``xs`` (10, 3) and, from the code the seed shows, ``ys`` (10,)."""
+    """The tutorial's ``xs`` (10, 3) and, from the code the tutorial shows, ``ys`` (10,)."""
     key = random.PRNGKey(0)
     keys = random.split(key, 4)
     key, subkey = random.split(keys[0])

@@ -1,7 +1,8 @@
-"""The seed documents' pytree examples, run with spruce in place of jax.tree_util / jax.tree.
+"""The two tutorials' pytree examples (examples/README.md), run with spruce in place of
+jax.tree_util / jax.tree.
 
 Arrays come from numpy (the engine needs nothing else); the structures, leaf orders and
-reductions are the ones the seeds print.  Run: ``python examples/seed_pytrees.py``.
+reductions are the ones the tutorials print.  Run: ``python examples/seed_pytrees.py``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def section(title: str) -> None:
 def main() -> None:
     print(f"spruce {spruce.__version__} (compiled engine: {spruce.__compiled__})")
 
-    section("Structures (seed 002)")
+    section("Structures (the English tutorial)")
     x = np.array([1, 2, 3], dtype=np.int32)
     print(tree_util.tree_structure(x))
     print(tree_util.tree_structure((1, x, "hello")))
@@ -62,7 +63,7 @@ def main() -> None:
     )
     print(tree_util.tree_structure(nt_params))
 
-    section("Transformer block parameters (seed 000)")
+    section("Transformer block parameters (the Korean tutorial)")
     d = 64
     block_params = {
         "attention": {"W_q": np.zeros((d, d)), "W_k": np.zeros((d, d)), "W_v": np.zeros((d, d)), "W_o": np.zeros((d, d))},

@@ -1,15 +1,15 @@
-"""Train the seed's two-layer network on a synthetic regression task, with a progress bar.
+"""Train the English tutorial's two-layer network on a synthetic regression task, with a progress bar.
 
-The network is the seed's ``SimpleNN`` (``seed_equinox.py``: Linear -> tanh -> Linear, the
+The network is the tutorial's ``SimpleNN`` (``seed_equinox.py``: Linear -> tanh -> Linear, the
 forward pass vmapped over the batch), a ``spruce.Module``; here it is wider (16 hidden units
-by default, against the seed's 2) so that it can fit the target.  The data are made up:
+by default, against the tutorial's 2) so that it can fit the target.  The data are made up:
 
     xs ~ N(0, 1) of shape (256, 3)
     ys = sin(2 * x0) + x1 * x2 / 2 + 0.05 * N(0, 1)       shape (256, 1)
 
 One training step — loss, gradient (a SimpleNN-shaped pytree), update — runs under
 ``jax.jit``.  The update is ``optax.adam`` (``--optimizer adam``, the default: optax works on
-the Module directly, its state is a pytree too) or the seeds' plain SGD step
+the Module directly, its state is a pytree too) or the tutorials' plain SGD step
 ``tree.map(lambda p, g: p - lr * g, model, grads)`` (``--optimizer sgd``).  A rich progress
 bar shows the current loss; the loss is printed at a few checkpoints, then the first and final
 losses and a held-out loss on 256 fresh points.  Everything is drawn from ``--seed`` (the

@@ -1,7 +1,7 @@
-"""The Korean seed ("Pytree 가 뭐야?"): containers as pytrees, tree.map, and the parameter count
+"""The Korean tutorial ("Pytree 가 뭐야?", see examples/README.md): containers as pytrees, tree.map, and the parameter count
 of a transformer block.
 
-shared/seeds/000_*.txt, with ``spruce.tree`` in place of ``jax.tree``:
+The tutorial's program, with ``spruce.tree`` in place of ``jax.tree``:
 
 1. arrays, dicts, lists, tuples and nests of them are pytrees (their structures and leaves);
 2. ``tree.map`` over one tree (doubling, zeros_like, ones_like) and over two (the update
@@ -9,13 +9,13 @@ shared/seeds/000_*.txt, with ``spruce.tree`` in place of ``jax.tree``:
    error that names the place);
 3. the transformer block's parameters as a dict of dicts — attention ``W_q W_k W_v W_o``
    (d, d), MLP ``W1`` (d, 4d) and ``W2`` (4d, d), two layer norms ``gamma`` / ``beta`` (d,) —
-   its zero gradient, and the seed's count ``sum(x.size for x in tree.leaves(block_params))``
+   its zero gradient, and the tutorial's count ``sum(x.size for x in tree.leaves(block_params))``
    printed as ``params: {n_params:,}``.  By hand: 4d² + 8d² + 4d = 12d² + 4d.
 4. the same count per subtree with ``spruce.summary``, and the same block written as a
    ``spruce.Module`` from ``spruce.nn`` layers — built with ``jax.eval_shape``, so nothing is
    allocated or compiled — which has the same number of parameters.
 
-The seed does not fix ``d``; this script uses d = 64 and also prints 512 and 768.
+The tutorial does not fix ``d``; this script uses d = 64 and also prints 512 and 768.
 
 Run: ``PYTHONPATH=src python examples/transformer_block_params.py`` (about 2 s).
 """
@@ -35,7 +35,7 @@ import spruce.tree as tree
 
 
 def block_params(d: int) -> dict[str, dict[str, jax.Array]]:
-    """The seed's transformer block parameters for model width ``d`` (float32)."""
+    """The tutorial's transformer block parameters for model width ``d`` (float32)."""
     return {
         "attention": {
             "W_q": jnp.zeros((d, d)),
@@ -53,7 +53,7 @@ def block_params(d: int) -> dict[str, dict[str, jax.Array]]:
 
 
 def count_params(params: Any) -> int:
-    """The seed's count: the total size of the leaves."""
+    """The tutorial's count: the total size of the leaves."""
     return sum(x.size for x in tree.leaves(params))
 
 

@@ -1,20 +1,22 @@
-"""The runnable seeds in ``examples/``: every script runs in a fresh interpreter and what it
-prints is checked — against the seed notebook's own output text where the seed prints it, and
-otherwise against an independent float64 computation in this file.  Printed text is compared
-with ``helpers.assert_text_close``: structure, names, shapes and dtypes character for character,
-the float32 numbers that XLA computed to within a tolerance (their last digits depend on the
+"""The scripts in ``examples/``, which reproduce the programs of two pytree tutorials (the
+English and the Korean tutorial, described in examples/README.md): every script runs in a fresh
+interpreter and what it prints is checked — against the English tutorial's own output text
+where the tutorial prints it, and otherwise against an independent float64 computation in
+this file.  Printed text is compared with ``helpers.assert_text_close``: structure, names,
+shapes and dtypes character for character, the float32 numbers that XLA computed to within a tolerance (their last digits depend on the
 processor; see conftest.py).
 
-The ``SEED_*`` strings are copied verbatim from the seed notebook (the outputs of its cells).
-The seed was produced with ``jax_threefry_partitionable=False``; the scripts set it.
+The ``SEED_*`` strings are copied verbatim from the English tutorial's notebook (the outputs
+of its cells); they are the reference the scripts are held to.  The tutorial was produced with
+``jax_threefry_partitionable=False``; the scripts set it.
 
-What does not reproduce, and why: the seed's targets ``ys`` came from notebook state that its
-page does not show, so its loss and gradient values cannot be printed by the scripts.  Its
+What does not reproduce, and why: the tutorial's targets ``ys`` came from notebook state that
+its page does not show, so its loss and gradient values cannot be printed by the scripts.  Its
 ``pred`` (10, 1) minus ``ys`` (10,) broadcasts to (10, 10), so those values depend on ``ys``
 only through its mean and mean square; ``test_seed_losses_and_gradients_follow_from_two_moments``
 recovers both from two printed numbers and checks that every other printed loss and gradient
-of the seed then follows from the scripts' functions — evidence that the code is the seed's and
-only the data differs.
+of the tutorial then follows from the scripts' functions — evidence that the code is the
+tutorial's and only the data differs.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ pytestmark = pytest.mark.subprocess
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
-# ----------------------------------------------------------------- the seed's printed outputs
+# ------------------------------------------ the English tutorial's printed outputs, verbatim
 
 SEED_NESTED_TREE = """\
 {'tree1': {'a': 1, 'b': Array([1, 2, 3], dtype=int32), 'c': 'hello'},
@@ -308,18 +310,18 @@ def parse(text: str) -> Any:
     return eval(text, names)  # the scripts' own output, produced by this test run
 
 
-# --------------------------------------------------- an independent float64 version of the seed
+# ----------------------------------------------- an independent float64 version of the tutorial
 
 
 def f64_forward(p: dict[str, dict[str, Any]], xs: Any) -> Any:
-    """The seed's network in float64 NumPy: (N, 3) -> (N, 1)."""
+    """The tutorial's network in float64 NumPy: (N, 3) -> (N, 1)."""
     W1, b1 = np.float64(p["layer1"]["W"]), np.float64(p["layer1"]["b"])
     W2, b2 = np.float64(p["layer2"]["W"]), np.float64(p["layer2"]["b"])
     return np.tanh(np.asarray(xs, np.float64) @ W1.T + b1) @ W2.T + b2
 
 
 def f64_loss(p: dict[str, dict[str, Any]], xs: Any, ys: Any, l2: float = 0.0) -> float:
-    """The seed's loss, broadcast included: (N, 1) - (N,) -> (N, N); plus ``l2`` * sum(p**2)."""
+    """The tutorial's loss, broadcast included: (N, 1) - (N,) -> (N, N); plus ``l2`` * sum(p**2)."""
     err = f64_forward(p, xs) - np.asarray(ys, np.float64)
     reg = sum(float(np.sum(np.float64(leaf) ** 2)) for layer in p.values() for leaf in layer.values())
     return float(np.mean(err**2)) + l2 * reg
@@ -352,7 +354,7 @@ def assert_trees_close(got: Any, want: Any, atol: float) -> None:
 
 
 def module_leaves_as_params(leaves: list[Any]) -> dict[str, dict[str, Any]]:
-    """The Module's leaves [W1, b1, W2, b2] as the seed's dict of parameters."""
+    """The Module's leaves [W1, b1, W2, b2] as the tutorial's dict of parameters."""
     return {"layer1": {"W": leaves[0], "b": leaves[1]}, "layer2": {"W": leaves[2], "b": leaves[3]}}
 
 
@@ -368,8 +370,8 @@ def test_dict_params_print_the_seeds_values(runs: Any) -> None:
     assert_text_close(section(out, "simple_nn(xs, params)"), SEED_PRED)
     assert_text_close(section(out, "params_2 = tree.map"), SEED_PARAMS_2)
     assert_text_close(section(out, "tree.reduce("), SEED_L2)
-    # the SGD step applied to the seed's printed gradient gives the seed's printed new_params
-    assert_text_close(section(out, "the same SGD step with the seed's printed gradient"), SEED_NEW_PARAMS)
+    # the SGD step applied to the tutorial's printed gradient gives its printed new_params
+    assert_text_close(section(out, "the same SGD step with the tutorial's printed gradient"), SEED_NEW_PARAMS)
 
 
 def test_dict_params_loss_and_gradients_are_right(runs: Any) -> None:
@@ -385,7 +387,7 @@ def test_dict_params_loss_and_gradients_are_right(runs: Any) -> None:
     loss = parse(section(out, "loss(params, xs, ys)"))
     assert loss.shape == () and loss.dtype == np.float32
     np.testing.assert_allclose(float(loss), f64_loss(params, xs, ys), rtol=1e-6)
-    assert abs(float(loss) - 1.0290194) > 0.1  # our ys is not the seed's (see the docstring)
+    assert abs(float(loss) - 1.0290194) > 0.1  # our ys is not the tutorial's (see the docstring)
 
     g_body = section(out, "g = jax.jit(jax.grad(loss))")
     g_text, _, rest = g_body.partition("\nsame structure as params: ")
@@ -411,18 +413,18 @@ def test_dict_params_loss_and_gradients_are_right(runs: Any) -> None:
 
 
 def test_dict_params_say_where_the_data_differs(runs: Any) -> None:
-    body = section(stdout_of(runs, "dict"), "where the data differs from the seed")
+    body = section(stdout_of(runs, "dict"), "where the data differs from the tutorial")
     assert "(pred - ys).shape (10, 10)" in body
     ours = re.search(r"this script's ys: mean ([-+\d.]+), mean square ([\d.]+)", body)
-    seeds = re.search(r"the seed's ys: +mean ([-+\d.]+), mean square ([\d.]+)", body)
-    assert ours and seeds
+    theirs = re.search(r"the tutorial's ys: +mean ([-+\d.]+), mean square ([\d.]+)", body)
+    assert ours and theirs
     m, ms = _seed_ys_moments()
-    assert float(seeds[1]) == pytest.approx(m, abs=2e-6) and float(seeds[2]) == pytest.approx(ms, abs=2e-6)
+    assert float(theirs[1]) == pytest.approx(m, abs=2e-6) and float(theirs[2]) == pytest.approx(ms, abs=2e-6)
     assert abs(float(ours[1]) - m) > 0.05  # they differ, as the script says
 
 
 def _seed_ys_moments() -> tuple[float, float]:
-    """mean(ys) and mean(ys**2) of the seed's hidden ys, from two numbers it prints: with
+    """mean(ys) and mean(ys**2) of the tutorial's hidden ys, from two numbers it prints: with
     pred (10, 1) and ys (10,), d loss / d layer2.b = 2 (mean(pred) - mean(ys)) and
     loss = mean(pred**2) - 2 mean(pred) mean(ys) + mean(ys**2)."""
     pred = np.float64(parse(SEED_PRED))[:, 0]
@@ -434,7 +436,7 @@ def _seed_ys_moments() -> tuple[float, float]:
 
 @pytest.fixture
 def legacy_threefry() -> Iterator[None]:
-    """The seed was produced with jax_threefry_partitionable=False (the old default)."""
+    """The English tutorial was produced with jax_threefry_partitionable=False (the old default)."""
     old = jax.config.jax_threefry_partitionable
     jax.config.update("jax_threefry_partitionable", False)
     try:
@@ -450,8 +452,8 @@ def _example(name: str) -> ModuleType:
 
 
 def test_seed_losses_and_gradients_follow_from_two_moments(legacy_threefry: None) -> None:
-    """Any ys with the seed's mean and mean square stands in for its hidden ys: the scripts'
-    functions then give the seed's other printed losses and gradients (to float32 rounding)."""
+    """Any ys with the tutorial's mean and mean square stands in for its hidden ys: the scripts'
+    functions then give the tutorial's other printed losses and gradients (to float32 rounding)."""
     dict_ex, eqx_ex = _example("nn_dict_params"), _example("seed_equinox")
     mean, mean_sq = _seed_ys_moments()
     ys = jnp.asarray(mean + np.sqrt(mean_sq - mean**2) * np.array([1.0, -1.0] * 5), jnp.float32)
@@ -493,7 +495,7 @@ def test_namedtuple_params_loss_matches_the_dict_version(runs: Any) -> None:
     out = stdout_of(runs, "namedtuple")
     text, _, check = section(out, "loss(params, xs, ys)").partition("\nthe gradient is ")
     assert check == "an NNParameters of LayerParameters: NNParameters LayerParameters True"
-    # laid out as the seed's cell: the value, then the NNParameters gradient, in a tuple
+    # laid out as the tutorial's cell: the value, then the NNParameters gradient, in a tuple
     assert text.startswith("(Array(") and text.split("\n")[1].startswith(" NNParameters(layer1=LayerParameters(W=Array([[")
     v, g = parse(text)
     assert type(g) is NNParameters and type(g.layer1) is LayerParameters
@@ -532,7 +534,7 @@ def test_equinox_module_loss_and_gradient_are_right(runs: Any) -> None:
     out = stdout_of(runs, "equinox")
     body = section(out, "v, g = loss(model, xs, ys)")
     v_text, _, g_repr = body.partition("\n")
-    assert g_repr == SEED_MODEL_GRAD  # the gradient is a SimpleNN, printed as the seed shows it
+    assert g_repr == SEED_MODEL_GRAD  # the gradient is a SimpleNN, printed as the tutorial shows it
     # same data as nn_dict_params.py: check the value and gradient in float64 from its xs, ys
     dict_out = stdout_of(runs, "dict")
     xs, ys = parse(section(dict_out, "xs")), parse(section(dict_out, "ys"))
@@ -669,7 +671,7 @@ def test_mixed_world_trains_the_same_through_jax_jit_and_filter_jit(runs: Any) -
 
 
 def test_notebook_layout_reproduces_other_seed_cells() -> None:
-    """The layout helper, on two cells of the seed that no script prints."""
+    """The layout helper, on two cells of the tutorial that no script prints."""
     notebook_repr = _example("_notebook").notebook_repr
     x = jnp.array([1, 2, 3])
     tree = {"tree1": {"a": 1, "b": x, "c": "hello"}, "tree2": {"a": 1, "b": (x, x, x), "c": "hello"}}
