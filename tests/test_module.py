@@ -1,5 +1,6 @@
 """spruce.Module: fields, construction protocol, immutability, pytree registration (spruce and
-jax.tree_util), repr, and the seed's Equinox example (shared/seeds/002_*.txt, last section)."""
+jax.tree_util), repr, and the Equinox example of the English tutorial (examples/README.md: its last section,
+"Equinox - How to actually do this in practice")."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import spruce.nn as nn
 import spruce.tree as st
 from helpers import run_python
 
-# ------------------------------------------------------------------ the seed's SimpleNN
+# ------------------------------------------------------------- the tutorial's SimpleNN
 
 
 class SimpleNN(spruce.Module):
@@ -118,7 +119,7 @@ def test_jit_grad_vmap_accept_modules(model: SimpleNN) -> None:
     bumped = spruce.tree_at(lambda m: m.layers[0].weight, model, replace_fn=lambda w: w.at[0, 0].add(eps))
     fd = (loss(bumped, xs)[0] - v) / eps
     np.testing.assert_allclose(float(g.layers[0].weight[0, 0]), float(fd), rtol=2e-2, atol=1e-4)
-    # An SGD step as in the seeds keeps the structure and changes the values.
+    # An SGD step as in the tutorials keeps the structure and changes the values.
     new = st.map(lambda p, d: p - 0.1 * d, model, g)
     assert st.structure(new) == st.structure(model)
     assert float(loss(new, xs)[0]) < float(v)

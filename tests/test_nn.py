@@ -1,4 +1,5 @@
-"""spruce.nn layers: shapes, dtypes, initialisation, keys, errors; and the seed's numbers."""
+"""spruce.nn layers: shapes, dtypes, initialisation, keys, errors; and the numbers the
+Equinox tutorial prints (examples/README.md)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def _seed_data() -> tuple[jax.Array, jax.Array]:
 
 
 def test_seed_parameters_and_forward_pass_reproduce(legacy_threefry: None) -> None:
-    # Numbers printed in shared/seeds/002_*.txt ("Equinox - How to actually do this").
+    # Numbers printed by the English tutorial ("Equinox - How to actually do this"; see
+    # examples/README.md).
     model = SimpleNN(3, 2, 1, random.PRNGKey(314))
     xs, _ = _seed_data()
     leaves = st.leaves(model)

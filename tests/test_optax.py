@@ -1,4 +1,4 @@
-"""optax accepts spruce Modules unchanged (issue 4): adam through optax.apply_updates, jax.jit
+"""optax accepts spruce Modules unchanged: adam through optax.apply_updates, jax.jit
 and jax.value_and_grad on a Module, and the filtered pattern (filter_value_and_grad, optax state
 initialised on ``spruce.filter(model, spruce.is_inexact_array)``) for a Module with non-array
 fields.  Every adam step is checked against a hand-written NumPy adam on the leaves.

@@ -22,7 +22,8 @@ PARAMS = """\
 
 
 def test_the_other_processors_output_is_accepted() -> None:
-    # what an AMD EPYC with AVX-512 prints for the seed's prediction
+    # what an AMD EPYC with AVX-512 prints for the tutorial's prediction
+    # (examples/nn_dict_params.py)
     assert_text_close(PRED.replace("-0.27681673", "-0.27681667"), PRED)
     assert_text_close(PRED, PRED)
 

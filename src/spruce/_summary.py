@@ -70,7 +70,8 @@ class Summary:
 
     @property
     def params(self) -> int:
-        """Total number of array elements (the seed's ``n_params``)."""
+        """Total number of array elements (what
+        ``sum(x.size for x in jax.tree.leaves(params))`` counts)."""
         return self.rows[0].params
 
     @property

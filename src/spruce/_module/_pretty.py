@@ -258,7 +258,8 @@ def pformat(
 
     Args:
       obj: anything; containers are laid out, other objects use their ``repr``.
-      width: the line width to fit in (80, as the seed's module reprs).
+      width: the line width to fit in (80, as the module reprs in the tutorial of
+        examples/README.md).
       indent: spaces per nesting level when a container is broken over lines.
       short_arrays: print arrays as ``f32[2,3]`` (dtype short name and shape; NumPy arrays add
         ``(numpy)``); False prints their values with ``repr``.
@@ -270,7 +271,8 @@ def pformat(
     Returns:
       The text, without a trailing newline.  A container that fits in the remaining width is
       printed on one line; otherwise one item per line, closed at its own indentation — the
-      layout of ``equinox.tree_pformat`` and the seed's ``repr(model)``.  A container met
+      layout of ``equinox.tree_pformat`` and the ``repr(model)`` printed by the
+      tutorial that ``examples/seed_equinox.py`` reproduces.  A container met
       again inside itself prints as ``<cycle>`` (where Python's ``repr`` prints ``[...]``).
       Any depth is safe: nothing recurses on the tree, unlike ``repr`` of a list.
 

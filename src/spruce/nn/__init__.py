@@ -1,9 +1,9 @@
 """spruce.nn: neural-network layers as ``spruce.Module`` s (imports JAX).
 
-Every layer acts on **one example** (no batch axis); batch with ``jax.vmap``, as in the seeds.
-Parameters are created from an explicit PRNG ``key`` (keyword-only); shapes, dtypes and the
-initialisation rule are in each class's docstring.  Every layer's call accepts ``key=None`` so
-that layers compose in ``Sequential``.
+Every layer acts on **one example** (no batch axis); batch with ``jax.vmap``, as the
+tutorials reproduced in examples/ do.  Parameters are created from an explicit PRNG ``key``
+(keyword-only); shapes, dtypes and the initialisation rule are in each class's docstring.
+Every layer's call accepts ``key=None`` so that layers compose in ``Sequential``.
 
 Layers:
 
