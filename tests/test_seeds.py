@@ -1,9 +1,10 @@
-"""The spec's seed documents (shared/seeds), run with spruce in place of JAX.
+"""The programs of the two pytree tutorials spruce is specified against (described in
+examples/README.md), run with spruce in place of JAX.
 
-``002_*.txt`` (an English course page) uses ``jax.tree_util``; here ``spruce.tree_util``.
-``000_*.txt`` (a Korean introduction) uses ``jax.tree``; here ``spruce.tree``.
-Printed structures must match the documents character for character; numbers are the ones the
-documents print (float32), re-typed here as arrays.
+The English tutorial (tests named ``*_002_*``) uses ``jax.tree_util``; here ``spruce.tree_util``.
+The Korean tutorial (tests named ``*_000_*``) uses ``jax.tree``; here ``spruce.tree``.
+Printed structures must match the tutorials character for character; numbers are the ones the
+tutorials print (float32), re-typed here as arrays.
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def test_002_namedtuple_tree_map_and_reduce() -> None:
 
 
 # ---------------------------------------- 002: an Equinox-style module (flatten_one_level)
-# The document's Equinox module flattens with node data holding (dynamic field names, static
+# The tutorial's Equinox module flattens with node data holding (dynamic field names, static
 # field names, static field values), printed as the three parts joined by ", ".
 
 
@@ -259,7 +260,7 @@ def test_002_l2_norm_of_module() -> None:
     np.testing.assert_allclose(float(total), 1.4990535, rtol=1e-5)
 
 
-# ------------------------------------------------------------------ 000 (Korean seed)
+# -------------------------------------------------------------- 000 (Korean tutorial)
 
 
 def test_000_containers() -> None:
