@@ -1,4 +1,4 @@
-"""Per-call dispatch overhead of spruce.jax.filter_jit against plain jax.jit (issue 4).
+"""Per-call dispatch overhead of spruce.jax.filter_jit against plain jax.jit.
 
 Usage::
 

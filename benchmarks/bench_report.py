@@ -161,7 +161,7 @@ def group_table(res: Results) -> list[str]:
     return _table(header, rows, ["l", "l"] + ["r"] * (len(header) - 2))
 
 
-PURE_MAP_MAX = 3.0  # issue 3: the uncompiled build stays within 3x of the compiled one on map
+PURE_MAP_MAX = 3.0  # target: the uncompiled build stays within 3x of the compiled one on map
 
 
 def pure_table(res: Results) -> list[str]:

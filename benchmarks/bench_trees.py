@@ -53,11 +53,11 @@ def _arr(*shape: int, seed: int = 0) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# The seeds' trees
+# The trees of the tutorials the examples reproduce (examples/README.md)
 
 
 def nn_params() -> dict[str, Any]:
-    """The seeds' two-layer network: {'layer1': {'W', 'b'}, 'layer2': {'W', 'b'}} (4 leaves)."""
+    """The tutorials' two-layer network: {'layer1': {'W', 'b'}, 'layer2': {'W', 'b'}} (4 leaves)."""
     return {
         "layer1": {"W": _arr(2, 3), "b": _arr(2)},
         "layer2": {"W": _arr(1, 2), "b": _arr(1)},
@@ -65,7 +65,7 @@ def nn_params() -> dict[str, Any]:
 
 
 def transformer_block(d: int = 8) -> dict[str, Any]:
-    """The seed's transformer block parameters (10 leaves)."""
+    """The Korean tutorial's transformer block parameters (10 leaves)."""
     return {
         "attention": {"W_q": _arr(d, d), "W_k": _arr(d, d), "W_v": _arr(d, d), "W_o": _arr(d, d)},
         "mlp": {"W1": _arr(d, 4 * d), "W2": _arr(4 * d, d)},
