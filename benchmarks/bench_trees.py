@@ -387,8 +387,8 @@ def _register_modules(lib: str, mod: Any) -> None:
 def tree_cases() -> list[TreeCase]:
     """All trees of the (tree, op) ratio table, in report order."""
     cases = [
-        TreeCase("nn_params", "seed 2-layer NN params dict (4 leaves)", nn_params),
-        TreeCase("transformer_block", "seed transformer block params (10 leaves)", transformer_block),
+        TreeCase("nn_params", "tutorial 2-layer NN params dict (4 leaves)", nn_params),
+        TreeCase("transformer_block", "tutorial transformer block params (10 leaves)", transformer_block),
         TreeCase("gpt12", f"GPT-style params, {GPT_BLOCKS} blocks (172 leaves)", gpt_params),
         TreeCase("opt_state", "namedtuple(count, mu, nu) over GPT params, None holes in mu", opt_state),
         TreeCase("list_10k", "flat list of 10,000 floats", wide_list),

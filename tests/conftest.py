@@ -37,7 +37,7 @@ hypothesis.settings.load_profile("spruce")
 
 def pytest_configure(config):  # type: ignore[no-untyped-def]
     config.addinivalue_line("filterwarnings", "error")
-    # jax (an oracle for the differential and seed tests) may warn at import about optional
+    # jax (an oracle for the differential and tutorial tests) may warn at import about optional
     # accelerator plugins that this CPU-only machine does not have.
     config.addinivalue_line("filterwarnings", "ignore:.*GPU/TPU.*:UserWarning")
     config.addinivalue_line("filterwarnings", "ignore::DeprecationWarning:jax.*")

@@ -24,7 +24,7 @@ KEY = random.PRNGKey(0)
 
 @pytest.fixture
 def legacy_threefry() -> Iterator[None]:
-    """The seed was produced with jax_threefry_partitionable=False (the old default)."""
+    """The tutorial was produced with jax_threefry_partitionable=False (the old default)."""
     old = jax.config.jax_threefry_partitionable
     jax.config.update("jax_threefry_partitionable", False)
     try:

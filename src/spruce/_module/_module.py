@@ -30,8 +30,8 @@ class _ModuleAux(tuple):  # type: ignore[type-arg]  # (dynamic names, static nam
     subclass, not a namedtuple: it is a leaf, never a pytree node.)  Equal when names and
     values are equal; hashable when the values are (checked when the module is built).  Prints
     as ``('weight', 'bias'), ('in_features',), (3,)`` so that a PyTreeDef reads
-    ``CustomNode(Linear[('weight', 'bias'), ('in_features',), (3,)], [*, *])``, the layout of the
-    seed (equinox's).
+    ``CustomNode(Linear[('weight', 'bias'), ('in_features',), (3,)], [*, *])``, the layout of
+    equinox's.
     """
 
     __slots__ = ()
