@@ -32,7 +32,7 @@ OUTPUT = ROOT / "docs" / "api.md"
 
 #: the modules documented, in this order; submodules listed in a module's ``__all__`` (such as
 #: ``spruce.models.bert``) get their own section after it
-MODULES = ["spruce", "spruce.tree", "spruce.tree_util", "spruce.jax", "spruce.nn", "spruce.io", "spruce.models"]
+MODULES = ["spruce", "spruce.tree", "spruce.tree_util", "spruce.jax", "spruce.nn", "spruce.io", "spruce.sharding", "spruce.view", "spruce.models"]
 
 HEADER = """\
 # spruce API reference

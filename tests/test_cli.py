@@ -248,7 +248,7 @@ def test_help_lists_the_new_options(capsys: Any) -> None:
     assert code == 0
     assert "spruce inspect FILE [--depth N] [--filter GLOB]... [--html OUT.html [--stats]]" in out
     assert "spruce diff A B [--values] [--html OUT.html]" in out
-    assert "spruce treemap FILE -o OUT.svg [--color-by {type,dtype}]" in out and "spruce demo [--out DIR]" in out
+    assert "spruce treemap FILE -o OUT.svg [--color-by {type,dtype}]" in out and "spruce demo [minilm|crepe] [--out DIR]" in out
     for argv, flags in ((["inspect", "--help"], ["--html", "--stats"]), (["diff", "--help"], ["--values", "--html"]),
                         (["treemap", "--help"], ["-o OUT.svg", "--color-by"]), (["demo", "--help"], ["--out DIR"])):
         code, out, _ = run(capsys, *argv)

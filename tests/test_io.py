@@ -1326,3 +1326,15 @@ def test_errors_are_value_errors() -> None:
     assert str(e) == "/x: bad" and e.path == "/x"
     assert isinstance(e, ValueError) and isinstance(MismatchError("m"), ValueError)
     assert str(pickle.loads(pickle.dumps(e))) == "/x: bad"
+
+
+def test_a_file_of_unknown_suffix_and_content_is_named_as_not_a_checkpoint(tmp_path: Any) -> None:
+    # neither the suffix nor the first bytes say which format: the error lists what spruce reads
+    path = tmp_path / "notes.txt"
+    path.write_text("# spruce\n\nPytrees are nested containers\n")
+    with pytest.raises(spruce.io.CheckpointError) as info:
+        spruce.io.read_header(path)
+    text = str(info.value)
+    assert text.startswith(f"{path}: not a checkpoint spruce recognises (.safetensors, .npz, a PyTorch")
+    assert "read as safetensors: not a safetensors file" in text
+    assert text.count(str(path)) == 1

@@ -116,7 +116,15 @@ def _parse(p: str) -> Parsed:
         return _torch.parse(p) if _torch.is_torch_zip(p) else _npz.parse(p)
     if magic[:1] == b"\x80" or low.endswith((".pt", ".pth")):  # a pickle: legacy torch.save
         return _torch.parse(p)
-    return _safetensors.parse(p)
+    try:
+        return _safetensors.parse(p)
+    except CheckpointError as e:  # neither the suffix nor the content says what this file is
+        detail = str(e)[len(p) + 2 :] if str(e).startswith(p + ": ") else str(e)
+        raise CheckpointError(
+            "not a checkpoint spruce recognises (.safetensors, .npz, a PyTorch .pt/.pth/.bin file, or a "
+            f"sharded checkpoint directory); read as safetensors: {detail}",
+            p,
+        ) from None
 
 
 def _parse_any(p: str) -> Parsed:
