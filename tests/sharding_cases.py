@@ -22,6 +22,7 @@ from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 from safetensors.numpy import load_file
 
+import spruce
 import spruce.io as sio
 import spruce.sharding as sh
 from spruce.io import CheckpointError, MismatchError
@@ -493,8 +494,14 @@ def test_minilm_sharded_from_the_hugging_face_file(mesh24: Any) -> None:
     ids = np.array([[101, 7592, 2088, 102, 0, 0], [101, 2129, 2024, 2017, 1029, 102]], np.int32)
     mask = (ids != 0).astype(np.int32)
     batch = NamedSharding(mesh24, P("data"))
-    sharded = jax.jit(minilm._embed_batch)(model, jax.device_put(ids, batch), jax.device_put(mask, batch))
-    plain = jax.jit(minilm._embed_batch)(jax.device_put(minilm.load(), jax.devices()[0]), ids, mask)
+
+    def embed(model: Any, ids: Any, mask: Any) -> Any:  # minilm.encode's batch function, on this model
+        arrays, static = spruce.partition(list(model.layers), spruce.is_array)
+        stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *arrays)
+        return minilm._embed_batch(model.embeddings, stacked, static[0], ids, mask)
+
+    sharded = jax.jit(embed)(model, jax.device_put(ids, batch), jax.device_put(mask, batch))
+    plain = jax.jit(embed)(jax.device_put(minilm.load(), jax.devices()[0]), ids, mask)
     assert sharded.shape == (2, 384)
     np.testing.assert_allclose(np.asarray(sharded), np.asarray(plain), rtol=0, atol=1e-6)
 

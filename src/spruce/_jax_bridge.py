@@ -203,6 +203,12 @@ def _from_jax(t: type) -> NodeInfo | None:
     return NodeInfo(t, CUSTOM, MODE_FUNCS, reg.flatten_one_level, unflatten, flatten_with_keys)
 
 
+_DATACLASS_UNFLATTEN_NAMES = (
+    "register_dataclass.<locals>.unflatten_func",
+    "_register_dataclass.<locals>.unflatten_func",
+)
+
+
 def _dataclass_fields(t: type, entry: Any) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """``(data_fields, meta_fields)`` when ``entry`` is jax.tree_util.register_dataclass's
     registration of ``t`` (its unflatten function closes over them), else None.
@@ -214,7 +220,8 @@ def _dataclass_fields(t: type, entry: Any) -> tuple[tuple[str, ...], tuple[str, 
     """
     fn: Any = getattr(entry, "from_iter", None)
     code = getattr(fn, "__code__", None)
-    if code is None or getattr(fn, "__qualname__", "") != "register_dataclass.<locals>.unflatten_func":
+    # jax 0.10 names it register_dataclass.<locals>.unflatten_func, jax 0.12 _register_dataclass.<locals>...
+    if code is None or getattr(fn, "__qualname__", "") not in _DATACLASS_UNFLATTEN_NAMES:
         return None
     try:
         cells = {name: cell.cell_contents for name, cell in zip(code.co_freevars, fn.__closure__ or ())}
