@@ -373,6 +373,28 @@ def test_diff_statuses_and_special_values() -> None:
     assert {e.name for e in same if e.status == "same"} == {"w", "z"}
 
 
+def test_diff_string_object_and_unreadable_arrays() -> None:
+    got = {e.name: e for e in view.diff(
+        {"s": np.array(["x", "y"]), "o": np.array([1, "a"], dtype=object), "t": np.array(["x"]), "w": np.ones(2)},
+        {"s": np.array(["x", "z"]), "o": np.array([1, "a"], dtype=object), "t": np.array(["x"]), "w": np.ones(2)},
+    )}
+    assert got["s"].status == "changed" and got["s"].a == "<U1[2]"
+    assert got["o"].status == "same" and got["t"].status == "same"
+    for name in "sot":  # compared by equality, not as numbers
+        assert math.isnan(got[name].max_abs) and math.isnan(got[name].rel_l2) and got[name].note == ""
+    assert got["w"].status == "same" and got["w"].max_abs == 0.0
+    import jax.numpy as jnp
+
+    gone = jnp.ones(3)
+    gone.delete()  # as a donated buffer is after the jitted call
+    entries = view.diff({"w": gone, "v": np.zeros(1)}, {"w": jnp.ones(3), "v": np.ones(1)})
+    assert [(e.name, e.status) for e in entries] == [("w", "unreadable"), ("v", "changed")]
+    assert "RuntimeError" in entries[0].note and "deleted" in entries[0].note and math.isnan(entries[0].max_abs)
+    page = view.diff_html(None, None, entries=entries + [got["s"]])
+    assert page.count('data-status="unreadable"') == 1 and "has been deleted" in page
+    assert page.count("<td class=\"num\">—</td>") == 4  # no numbers for the unreadable and string rows
+
+
 # -- sharding ------------------------------------------------------------------------------------
 
 
