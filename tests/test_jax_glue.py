@@ -328,6 +328,48 @@ def test_tree_at_static_field_errors() -> None:
         spruce.tree_at(lambda t: t.n * 2, s, 1)  # computed from a static field
 
 
+class _Counted(spruce.Module):
+    w: jax.Array
+    n: int = spruce.field(static=True)
+
+
+def test_tree_at_static_field_selected_through_a_computation_says_why() -> None:
+    m = _Counted(jnp.ones(2), 3)
+    # First run: m.n is the value 3, so where returns an int (not a place); second run: m.n is a
+    # placeholder and `m.n > 2` raises TypeError. The field cannot be selected that way.
+    with pytest.raises(ValueError) as info:
+        spruce.tree_at(lambda m: m.n if m.n > 2 else m.w, m, 5)
+    message = str(info.value)
+    assert "type int that is not a node or leaf" in message and "first run" in message
+    assert "second run" in message and "where raised TypeError" in message and "without computing with it" in message
+    assert isinstance(info.value.__cause__, TypeError)
+    # Selected directly (or when the computation picks a data field) it works.
+    assert spruce.tree_at(lambda m: m.n, m, 5).n == 5
+    np.testing.assert_array_equal(spruce.tree_at(lambda m: m.n if m.n > 5 else m.w, m, jnp.zeros(2)).w, [0.0, 0.0])
+
+
+def test_tree_at_where_raising_on_its_second_run_is_chained() -> None:
+    runs: list[Any] = []
+
+    def where(m: Any) -> Any:
+        runs.append(m.n)
+        if len(runs) == 2:
+            raise RuntimeError("boom on run 2")
+        return m.n + 1  # a computed value: not a place
+
+    with pytest.raises(ValueError, match="where raised RuntimeError: boom on run 2") as info:
+        spruce.tree_at(where, _Counted(jnp.ones(2), 3), 5)
+    assert isinstance(info.value.__cause__, RuntimeError) and str(info.value.__cause__) == "boom on run 2"
+    assert runs[0] == 3 and len(runs) == 2
+    # Returning no place on both runs: both are said, the first run's error is the cause.
+    with pytest.raises(ValueError, match=r"first run of where.*second run.*not a node or leaf") as info2:
+        spruce.tree_at(lambda m: (m.w, 7), _Counted(jnp.ones(2), 3), (5, 5))
+    assert isinstance(info2.value.__cause__, ValueError) and "not a node or leaf" in str(info2.value.__cause__)
+    # A where that raises on its first run raises that exception itself (with a note).
+    with pytest.raises(RuntimeError, match="first"):
+        spruce.tree_at(lambda m: (_ for _ in ()).throw(RuntimeError("first")), _Counted(jnp.ones(2), 3), 5)
+
+
 # ---------------------------------------------------------------- tree_at: linear in places
 
 

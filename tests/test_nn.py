@@ -324,6 +324,31 @@ def test_layer_call_shape_errors(layer: Any, x: jax.Array, match: str) -> None:
         layer(x)
 
 
+@pytest.mark.parametrize(
+    ("layer", "shape", "match"),
+    [
+        (nn.Conv2d(3, 4, 3, key=KEY), (3, 2, 2), r"Conv2d: the input size \(2, 2\) gives the output size \(0, 0\).*effective kernel size \(3, 3\)"),
+        (nn.Conv1d(3, 4, 2, dilation=3, key=KEY), (3, 3), r"Conv1d: the input size \(3,\) gives the output size \(0,\).*effective kernel size \(4,\) \(kernel_size \(2,\), dilation \(3,\)\)"),
+        (nn.ConvTranspose2d(3, 4, 5, padding=4, key=KEY), (3, 2, 2), r"ConvTranspose2d: the input size \(2, 2\) gives the output size \(-2, -2\).*padding \(\(4, 4\), \(4, 4\)\)"),
+        (nn.ConvTranspose2d(3, 4, 2, padding=3, key=KEY), (3, 1, 1), r"ConvTranspose2d: the input size \(1, 1\) gives the output size \(-4, -4\)"),
+    ],
+)
+def test_conv_input_too_small_for_the_kernel(layer: Any, shape: tuple[int, ...], match: str) -> None:
+    # PyTorch refuses these ("Kernel size can't be greater than actual input size"); an empty
+    # output or XLA's negative-padding error would name no layer.
+    with pytest.raises(ValueError, match=match):
+        layer(jnp.zeros(shape))
+    with pytest.raises(ValueError, match=match):
+        jax.jit(layer)(jnp.zeros(shape))  # shapes are static: the check runs at trace time
+
+
+def test_conv_smallest_input_gives_size_one() -> None:
+    assert nn.Conv2d(3, 4, 3, key=KEY)(jnp.zeros((3, 3, 3))).shape == (4, 1, 1)
+    assert nn.Conv1d(3, 4, 2, dilation=3, key=KEY)(jnp.zeros((3, 4))).shape == (4, 1)
+    assert nn.ConvTranspose2d(3, 4, 5, padding=4, key=KEY)(jnp.zeros((3, 5, 5))).shape == (4, 1, 1)
+    assert nn.ConvTranspose2d(3, 4, 2, padding=3, key=KEY)(jnp.zeros((3, 6, 6))).shape == (4, 1, 1)
+
+
 def test_cell_hidden_state_errors() -> None:
     lstm = nn.LSTMCell(3, 2, key=KEY)
     with pytest.raises(ValueError, match=r"h must have shape \(2,\)"):

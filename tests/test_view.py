@@ -266,6 +266,24 @@ def test_no_jax_import_for_numpy_trees() -> None:
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
+def test_array_stats_near_the_largest_float(monkeypatch: Any) -> None:
+    from spruce.view import _stats
+
+    s = _stats.array_stats(np.array([-1e308, 1e308]))  # hi - lo and the squares overflow float64
+    assert s is not None and (s.mean, s.min, s.max) == (0.0, -1e308, 1e308)
+    assert s.std == pytest.approx(1e308, rel=1e-12)
+    assert s.hist == (1,) + (0,) * (_stats.BINS - 2) + (1,)  # the two end bins
+    s32 = _stats.array_stats(np.array([3e38, -3e38], np.float32))
+    assert s32 is not None and s32.std == pytest.approx(3e38, rel=1e-6) and s32.hist[0] == s32.hist[-1] == 1
+    x = np.array([1.0, 2.0, 1e300, -1e300, 3e307, 1e308])
+    monkeypatch.setattr(_stats, "_CHUNK", 2)  # the scale grows from chunk to chunk
+    s = _stats.array_stats(x)
+    assert s is not None and s.mean == pytest.approx(np.mean(x / 1e300) * 1e300, rel=1e-12)
+    assert s.std == pytest.approx(np.std(x / 1e300) * 1e300, rel=1e-12)
+    small = _stats.array_stats(np.array([1.0, 2.0, 3.0, 4.0]))
+    assert small is not None and (small.mean, small.std) == (2.5, pytest.approx(np.std([1.0, 2.0, 3.0, 4.0]), rel=1e-15))
+
+
 # -- treemap -------------------------------------------------------------------------------------
 
 RECT = re.compile(r'<rect class="(leaf|group)" data-path="([^"]*)" data-bytes="(\d+)" x="([\d.]+)" '
@@ -371,6 +389,28 @@ def test_diff_statuses_and_special_values() -> None:
     assert x.status == "changed" and x.max_abs == math.inf
     same = view.diff(a, b, values=False)
     assert {e.name for e in same if e.status == "same"} == {"w", "z"}
+
+
+def test_diff_string_object_and_unreadable_arrays() -> None:
+    got = {e.name: e for e in view.diff(
+        {"s": np.array(["x", "y"]), "o": np.array([1, "a"], dtype=object), "t": np.array(["x"]), "w": np.ones(2)},
+        {"s": np.array(["x", "z"]), "o": np.array([1, "a"], dtype=object), "t": np.array(["x"]), "w": np.ones(2)},
+    )}
+    assert got["s"].status == "changed" and got["s"].a == "<U1[2]"
+    assert got["o"].status == "same" and got["t"].status == "same"
+    for name in "sot":  # compared by equality, not as numbers
+        assert math.isnan(got[name].max_abs) and math.isnan(got[name].rel_l2) and got[name].note == ""
+    assert got["w"].status == "same" and got["w"].max_abs == 0.0
+    import jax.numpy as jnp
+
+    gone = jnp.ones(3)
+    gone.delete()  # as a donated buffer is after the jitted call
+    entries = view.diff({"w": gone, "v": np.zeros(1)}, {"w": jnp.ones(3), "v": np.ones(1)})
+    assert [(e.name, e.status) for e in entries] == [("w", "unreadable"), ("v", "changed")]
+    assert "RuntimeError" in entries[0].note and "deleted" in entries[0].note and math.isnan(entries[0].max_abs)
+    page = view.diff_html(None, None, entries=entries + [got["s"]])
+    assert page.count('data-status="unreadable"') == 1 and "has been deleted" in page
+    assert page.count("<td class=\"num\">—</td>") == 4  # no numbers for the unreadable and string rows
 
 
 # -- sharding ------------------------------------------------------------------------------------

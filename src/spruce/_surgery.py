@@ -225,7 +225,10 @@ def tree_at(
         differs from the number of places.
       TypeError: ``where`` is not callable; a new value for a Module static field is not
         hashable.  Errors raised inside ``where`` (e.g. computing with a leaf, which is a
-        placeholder there) propagate with a note.
+        placeholder there) propagate with a note; if ``where`` returned no place and raised (or
+        again returned no place) on its second run with static fields as places, a ValueError
+        says what each run did, chained from the second run's exception (or the first run's
+        error).
 
     Cost: proportional to the nodes on the paths ``where`` walks (each is taken apart once,
     with one place object per child) and to their ancestors rebuilt, linear in the number of
@@ -248,10 +251,21 @@ def tree_at(
     try:
         places, single = _select(where, tree, is_leaf, static_places=False)
     except _RetryWithStatic as retry:
+        first = retry.error
         try:
             places, single = _select(where, tree, is_leaf, static_places=True)
-        except Exception:
-            raise retry.error from None  # static fields were not what `where` selected
+        except _WhereRaised as raised:  # e.g. it computes with a static field, a placeholder now
+            e = raised.error
+            raise ValueError(
+                f"{first} (first run of where, with Module static fields as values); on the second "
+                f"run, with Module static fields as places, where raised {type(e).__name__}: {e} -- "
+                "a static field can be replaced only when where selects it without computing with it"
+            ) from e
+        except ValueError as second:
+            raise ValueError(
+                f"{first} (first run of where, with Module static fields as values); on the second "
+                f"run, with Module static fields as places: {second}"
+            ) from first
 
     index: dict[int, int] = {}  # id(place) -> position in where's result
     for k, p in enumerate(places):
@@ -295,6 +309,14 @@ def tree_at(
     return _rebuild(places, new_values)
 
 
+class _WhereRaised(Exception):
+    """``where`` raised ``error`` on the run with Module static fields as places."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class _RetryWithStatic(Exception):
     """``where`` did not return places, and Module static fields were seen: try them as places."""
 
@@ -316,11 +338,12 @@ def _select(where: Callable[[Any], Any], tree: Any, is_leaf: IsLeaf, static_plac
     try:
         selected = where(stand_in)
     except Exception as e:
-        if not static_places:
-            e.add_note(
-                "(tree_at runs `where` on a stand-in of the tree whose leaves are placeholders: "
-                "`where` must only select places by attribute / item access, not compute with leaves)"
-            )
+        if static_places:
+            raise _WhereRaised(e) from None
+        e.add_note(
+            "(tree_at runs `where` on a stand-in of the tree whose leaves are placeholders: "
+            "`where` must only select places by attribute / item access, not compute with leaves)"
+        )
         raise
 
     def as_place(x: Any) -> _Node | _Leaf | None:

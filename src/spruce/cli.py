@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import math
 import os
 import sys
 from typing import Any, Callable, NamedTuple, NoReturn, Sequence
@@ -481,7 +482,9 @@ def _diff(args: argparse.Namespace, out: Any) -> int:
     ]
     if args.values:
         sections.append(("different values, largest relative change first", changed, "magenta",
-                         lambda e: f"~ {e.name}  max abs diff {e.max_abs:.4g}, relative L2 change {e.rel_l2:.4g}"))
+                         lambda e: f"~ {e.name}  " + ("values differ (not numbers)" if math.isnan(e.max_abs) else
+                                                      f"max abs diff {e.max_abs:.4g}, relative L2 change {e.rel_l2:.4g}")))
+        sections.append(("values not readable", by_status.get("unreadable", []), "red", lambda e: f"! {e.name}  {e.note}"))
     for title, items, style, line in sections:
         if not items:
             continue

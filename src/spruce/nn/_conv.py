@@ -90,6 +90,20 @@ def _prepare(layer: Any, x: Any, name: str) -> tuple[jax.Array, Any]:
     return x.astype(dtype), dtype
 
 
+def _check_out_size(layer: Any, size: tuple[int, ...], out: tuple[int, ...]) -> None:
+    """Raise ValueError naming the layer when an output spatial size ``out`` (computed with
+    PyTorch's formula from the input spatial ``size``) is not positive."""
+    if all(o > 0 for o in out):
+        return
+    span = tuple(d * (k - 1) + 1 for k, d in zip(layer.kernel_size, layer.dilation))
+    raise ValueError(
+        f"{type(layer).__name__}: the input size {size} gives the output size {out}, which must be "
+        f"positive: the effective kernel size {span} (kernel_size {layer.kernel_size}, dilation "
+        f"{layer.dilation}) with padding {layer.padding} (low, high) and stride {layer.stride} "
+        f"needs a larger input"
+    )
+
+
 def _add_bias(y: jax.Array, bias: jax.Array | None, dtype: Any) -> jax.Array:
     if bias is None:
         return y
@@ -147,6 +161,10 @@ class _Conv(Module):
 
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
         x, dtype = _prepare(self, x, type(self).__name__)
+        _check_out_size(self, x.shape[1:], tuple(
+            (size + lo + hi - d * (kk - 1) - 1) // s + 1
+            for size, kk, s, d, (lo, hi) in zip(x.shape[1:], self.kernel_size, self.stride, self.dilation, self.padding)
+        ))
         pads: Pairs = self.padding
         if self.padding_mode != "zeros":
             x = jnp.pad(x, ((0, 0),) + pads, mode=_PAD_MODES[self.padding_mode])
@@ -188,7 +206,8 @@ _CONV_DOC = """A {n}-d convolution (cross-correlation) of one example, as ``torc
     high - dilation * (kernel - 1) - 1) // stride + 1`` per axis, computed with
     ``jax.lax.conv_general_dilated`` in the promoted dtype of x and the parameters (cast
     explicitly, so it also runs under ``jax_numpy_dtype_promotion='strict'``).  ``key`` is
-    ignored.  Raises ValueError for a wrong rank or channel count.
+    ignored.  Raises ValueError for a wrong rank or channel count, or an input too small for
+    the (dilated) kernel, i.e. an output size below 1 (as PyTorch).
     """
 
 _CONV_EXAMPLE = {
@@ -292,6 +311,11 @@ class _ConvTranspose(Module):
 
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
         x, dtype = _prepare(self, x, type(self).__name__)
+        _check_out_size(self, x.shape[1:], tuple(
+            (size - 1) * s - lo - hi + d * (kk - 1) + op + 1
+            for size, kk, s, d, (lo, hi), op in zip(
+                x.shape[1:], self.kernel_size, self.stride, self.dilation, self.padding, self.output_padding)
+        ))
         n, g = self._ndim, self.groups
         # The gradient of a convolution: dilate the input by the stride, pad by
         # dilation * (kernel - 1) minus the padding, and correlate with the spatially flipped
@@ -338,6 +362,8 @@ _CONVT_DOC = """A {n}-d transposed convolution of one example, as ``torch.nn.Con
     *out_spatial)`` with ``out = (in - 1) * stride - low - high + dilation * (kernel - 1) +
     output_padding + 1`` per axis, computed by ``jax.lax.conv_general_dilated`` with
     ``lhs_dilation=stride``, in the promoted dtype of x and the parameters.  ``key`` is ignored.
+    Raises ValueError for a wrong rank or channel count, or an output size below 1 (padding
+    that crops more than the output has, as PyTorch).
 """
 
 _CONVT_EXAMPLE = {

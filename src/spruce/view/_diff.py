@@ -14,9 +14,9 @@ from ._model import _array_info, safe_repr
 from ._stats import fmt
 from ._style import bar, esc, page
 
-ADDED, REMOVED, RESHAPED, CHANGED, SAME = "added", "removed", "reshaped", "changed", "same"
-_ORDER = {REMOVED: 0, ADDED: 1, RESHAPED: 2, CHANGED: 3, SAME: 4}
-_CSS = {ADDED: "add", REMOVED: "del", RESHAPED: "shp", CHANGED: "chg", SAME: "same"}
+ADDED, REMOVED, RESHAPED, UNREADABLE, CHANGED, SAME = "added", "removed", "reshaped", "unreadable", "changed", "same"
+_ORDER = {REMOVED: 0, ADDED: 1, RESHAPED: 2, UNREADABLE: 3, CHANGED: 4, SAME: 5}
+_CSS = {ADDED: "add", REMOVED: "del", RESHAPED: "shp", UNREADABLE: "del", CHANGED: "chg", SAME: "same"}
 _CHUNK = 1 << 20
 
 
@@ -26,13 +26,18 @@ class TensorDiff(NamedTuple):
     Attributes:
       name: the dotted name (as ``spruce.io`` names tensors).
       status: ``'removed'`` (only in A), ``'added'`` (only in B), ``'reshaped'`` (shape or
-        dtype differ), ``'changed'`` (values differ), ``'same'``.
+        dtype differ), ``'unreadable'`` (the values of one side could not be read or compared,
+        e.g. a deleted (donated) jax.Array; ``note`` says why), ``'changed'`` (values differ),
+        ``'same'``.
       a, b: ``'float32[384, 384]'`` (or a leaf's short repr) on each side; ``''`` when absent.
       max_abs: the largest ``|b - a|`` over the elements; NaN when the values were not compared
-        (absent, reshaped, no data) and infinite where exactly one side is NaN or infinite.
+        as numbers (absent, reshaped, unreadable, no data, or non-numeric arrays such as strings
+        or objects, which compare by element equality) and infinite where exactly one side is
+        NaN or infinite.
       rel_l2: ``||b - a|| / ||a||`` (L2 norms over all elements; infinite if ``||a|| = 0``
-        and they differ); NaN when not compared.
+        and they differ); NaN when not compared as numbers.
       nbytes: bytes of the tensor (B's when present, else A's).
+      note: why the values are unreadable (the exception's type and message); ``''`` otherwise.
     """
 
     name: str
@@ -42,6 +47,7 @@ class TensorDiff(NamedTuple):
     max_abs: float
     rel_l2: float
     nbytes: int
+    note: str = ""
 
 
 def _named(tree: Any) -> dict[str, Any]:
@@ -78,6 +84,34 @@ def _numeric(c: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     if kind == "V":  # ml_dtypes
         return c.astype(np.float32).astype(np.float64)
     return c.astype(np.float64)
+
+
+def _is_numeric(dtype: np.dtype[Any]) -> bool:
+    """Whether ``compare_values`` can take the dtype: bool, integers, floats, complex and the
+    ml_dtypes floats (kind ``'V'`` without fields)."""
+    return dtype.kind in "biufc" or (dtype.kind == "V" and dtype.fields is None and dtype.itemsize <= 2)
+
+
+def _compare(a: Any, b: Any) -> tuple[str, float, float, str]:
+    """``(status, max_abs, rel_l2, note)`` of two arrays of one shape and dtype: numbers by
+    ``compare_values``, other dtypes (strings, objects) by element equality; an array that
+    cannot be read (or compared) is UNREADABLE with the reason, never an exception."""
+    nan = math.nan
+    try:
+        fa, fb = np.asarray(a), np.asarray(b)
+    except Exception as e:  # noqa: BLE001 - e.g. a deleted (donated) jax.Array
+        return UNREADABLE, nan, nan, f"{type(e).__name__}: {e}"
+    try:
+        if _is_numeric(fa.dtype) and _is_numeric(fb.dtype):
+            m, r = compare_values(fa, fb)
+            return (CHANGED if m > 0 else SAME), m, r, ""
+        fa, fb = fa.reshape(-1), fb.reshape(-1)
+        for start in range(0, fa.size, _CHUNK):
+            if not np.array_equal(fa[start:start + _CHUNK], fb[start:start + _CHUNK]):
+                return CHANGED, nan, nan, ""
+        return SAME, nan, nan, ""
+    except Exception as e:  # noqa: BLE001 - an element __eq__ that raises or is not a bool
+        return UNREADABLE, nan, nan, f"could not compare the values: {type(e).__name__}: {e}"
 
 
 def compare_values(a: Any, b: Any) -> tuple[float, float]:
@@ -117,10 +151,13 @@ def diff(a: Any, b: Any, *, values: bool = True) -> list[TensorDiff]:
         state dict); ``spruce.io.TensorInfo`` leaves (a header, no data) compare by shape and
         dtype only.
       values: compare the values of tensors whose shape and dtype agree (reads both; False
-        compares names, shapes and dtypes only).
+        compares names, shapes and dtypes only).  Numeric arrays get ``max_abs`` and
+        ``rel_l2``; string and object arrays compare by element equality (``'changed'`` or
+        ``'same'``, both numbers NaN); an array whose values cannot be read (a deleted
+        jax.Array, a conversion that raises) is ``'unreadable'`` with the reason in ``note``.
 
     Returns:
-      One ``TensorDiff`` per name of either tree: removed, added and reshaped names first, then
+      One ``TensorDiff`` per name of either tree: removed, added, reshaped and unreadable names first, then
       the changed ones by decreasing relative L2 change (the largest change first), then the
       unchanged ones, each group in name order.
 
@@ -157,8 +194,8 @@ def diff(a: Any, b: Any, *, values: bool = True) -> list[TensorDiff]:
         elif not values or isinstance(xa, TensorInfo) or isinstance(xb, TensorInfo):
             out.append(TensorDiff(name, SAME, ta, tb, nan, nan, nbytes))
         else:
-            m, r = compare_values(xa, xb)
-            out.append(TensorDiff(name, CHANGED if m > 0 else SAME, ta, tb, m, r, nbytes))
+            status, m, r, note = _compare(xa, xb)
+            out.append(TensorDiff(name, status, ta, tb, m, r, nbytes, note))
     out.sort(key=_rank)
     return out
 
@@ -192,9 +229,11 @@ def diff_html(a: Any, b: Any, *, title: str | None = None, names: tuple[str, str
               values: bool = True, entries: list[TensorDiff] | None = None) -> str:
     """A self-contained HTML page of ``diff(a, b)``: the counts, then "what changed most" (every
     removed, added, reshaped and changed tensor, the largest change first, each with A's and
-    B's dtype and shape side by side, max abs difference and relative L2 change with a bar),
-    then the unchanged tensors in a collapsed list.  Removed, added, reshaped and changed
-    tensors have distinct colours (red, green, purple, amber), in light and dark themes.
+    B's dtype and shape side by side, max abs difference and relative L2 change with a bar, or
+    "—" where the values are not numbers; an unreadable tensor shows the reason),
+    then the unchanged tensors in a collapsed list.  Removed (and unreadable), added, reshaped
+    and changed tensors have distinct colours (red, green, purple, amber), in light and dark
+    themes.
 
     Args:
       a, b, values: as ``diff``.
@@ -216,10 +255,11 @@ def diff_html(a: Any, b: Any, *, title: str | None = None, names: tuple[str, str
             '<th class="num">bytes</th><th class="num">max |B - A|</th><th class="num">relative L2 change</th><th></th></tr>')
 
     def row(d: TensorDiff) -> str:
-        rel = "" if math.isnan(d.rel_l2) else fmt(d.rel_l2)
-        mx = "" if math.isnan(d.max_abs) else fmt(d.max_abs)
+        none = "—" if d.status in (CHANGED, SAME, UNREADABLE) else ""  # compared, but not as numbers
+        rel = none if math.isnan(d.rel_l2) else fmt(d.rel_l2)
+        mx = none if math.isnan(d.max_abs) else fmt(d.max_abs)
         share = (d.rel_l2 / top if top and math.isfinite(d.rel_l2) else (1.0 if d.rel_l2 == math.inf else 0.0))
-        graph = bar(share) if d.status == CHANGED else ""
+        graph = bar(share) if d.status == CHANGED and not math.isnan(d.rel_l2) else esc(d.note)
         return (f'<tr data-name="{esc(d.name)}" data-status="{d.status}"><td><span class="tag {_CSS[d.status]}">{d.status}</span></td>'
                 f'<td class="mono">{esc(d.name)}</td><td class="mono {_CSS[d.status] if d.status in (REMOVED, RESHAPED) else ""}">{esc(d.a)}</td>'
                 f'<td class="mono {_CSS[d.status] if d.status in (ADDED, RESHAPED) else ""}">{esc(d.b)}</td>'

@@ -60,6 +60,7 @@ def array_stats(x: Any) -> Stats | None:
     m2 = 0.0
     lo, hi = math.inf, -math.inf
     nan = inf = 0
+    scale = 1.0
     for start in range(0, flat.size, _CHUNK):
         c = flat[start:start + _CHUNK]
         if c.dtype.kind == "f":
@@ -72,19 +73,29 @@ def array_stats(x: Any) -> Stats | None:
                 c = c[finite]
         if c.size == 0:
             continue
-        cm = float(np.mean(c, dtype=np.float64))
+        lo = min(lo, float(c.min()))
+        hi = max(hi, float(c.max()))
+        # Everything is computed in units of a power of two `scale` >= half the largest |value|
+        # seen so far (exact, and no overflow near the dtype's maximum: (1e308 - -1e308) is inf).
+        new_scale = _scale(max(-lo, hi))
+        if new_scale != scale and n:  # it only grows once set: the factor is <= 1
+            mean *= scale / new_scale
+            m2 *= (scale / new_scale) ** 2
+        scale = new_scale
         if c.dtype == np.float32:  # BLAS dot of the float32 deviations: 40x faster than float64
-            d = c - np.float32(cm)
+            cs = c / np.float32(scale)
+            cm = float(np.mean(cs, dtype=np.float64))
+            d = cs - np.float32(cm)
             cm2 = float(np.dot(d, d))
         else:
-            cm2 = float(np.sum(np.square(c.astype(np.float64) - cm)))
+            cs = c.astype(np.float64) / scale
+            cm = float(np.mean(cs))
+            cm2 = float(np.sum(np.square(cs - cm)))
         total = n + c.size
         delta = cm - mean
         mean += delta * c.size / total
         m2 += cm2 + delta * delta * n * c.size / total
         n = total
-        lo = min(lo, float(c.min()))
-        hi = max(hi, float(c.max()))
     if n == 0:
         return Stats(0, math.nan, math.nan, math.nan, math.nan, nan, inf, (0,) * BINS)
     sample = flat[:: max(1, flat.size // _SAMPLE)]
@@ -92,11 +103,17 @@ def array_stats(x: Any) -> Stats | None:
         sample = sample[np.isfinite(sample)]
     if hi > lo:
         # The bin of each value, the last bin closed on the right (numpy.histogram's rule).
-        at = ((sample.astype(np.float64) - lo) * (BINS / (hi - lo))).astype(np.intp)
+        lo_s, hi_s = lo / scale, hi / scale
+        at = ((sample.astype(np.float64) / scale - lo_s) * (BINS / (hi_s - lo_s))).astype(np.intp)
         counts = tuple(int(v) for v in np.bincount(np.clip(at, 0, BINS - 1), minlength=BINS))
     else:
         counts = (int(sample.size),) + (0,) * (BINS - 1)
-    return Stats(n, mean, math.sqrt(m2 / n), lo, hi, nan, inf, counts)
+    return Stats(n, mean * scale, math.sqrt(m2 / n) * scale, lo, hi, nan, inf, counts)
+
+
+def _scale(m: float) -> float:
+    """A power of two in ``(m / 2, m]`` (1.0 for 0): dividing by it is exact."""
+    return math.ldexp(1.0, math.frexp(m)[1] - 1) if m > 0 else 1.0
 
 
 def fmt(v: float) -> str:
