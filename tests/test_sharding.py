@@ -272,6 +272,17 @@ def test_overlap_check_agrees_with_all_pairs() -> None:
     assert 10 < found < 390  # both outcomes represented
 
 
+def test_index_with_a_dtype_of_the_wrong_type(tmp_path: Any) -> None:
+    """A dtype that is not a string (a list) is a CheckpointError naming the tensor, not a
+    TypeError from a dict look-up."""
+    d = tmp_path / "lying"
+    d.mkdir()
+    for code in (["F32"], {"F32": 1}, 3, None):
+        _write_index(d, {"w": {"dtype": code, "shape": [1], "slices": [["p.safetensors", "w", [[0, 1]]]]}})
+        with pytest.raises(sio.CheckpointError, match=rf"^{d}: corrupted index: tensor 'w' has an unknown dtype"):
+            sio.load(str(d))
+
+
 def test_mmap_false_copies(tmp_path: Any) -> None:
     for path in (str(tmp_path / "a.safetensors"), str(tmp_path / "d")):
         save = sio.save_sharded if path.endswith("d") else sio.save

@@ -321,7 +321,7 @@ def _tensor(path: str, name: str, info: Any, pieces: dict[str, Parsed]) -> tuple
     if type(info) is not dict:
         raise _bad(f"{where} is not an object", path)
     code = info.get("dtype")
-    if code not in SAFETENSORS_CODES:
+    if type(code) is not str or code not in SAFETENSORS_CODES:
         raise _bad(f"{where} has an unknown dtype {str(code)[:40]!r}", path)
     shape = info.get("shape")
     if type(shape) is not list or len(shape) > 64 or not all(type(d) is int and d >= 0 for d in shape):
