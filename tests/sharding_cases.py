@@ -282,6 +282,26 @@ def test_restore_onto_other_meshes(tmp_path: Any, mesh24: Any, mesh8: Any) -> No
         sio.load(d, like, shardings={"embed": one})
 
 
+def test_a_sharding_that_does_not_fit_names_the_leaf(tmp_path: Any, mesh24: Any, mesh8: Any) -> None:
+    """A spec longer than a tensor's rank, or mesh axes that do not divide a dimension: a
+    ShardingError naming the key path, the shape and the spec, JAX's error chained."""
+    path = str(tmp_path / "t.safetensors")
+    sio.save(path, {"bias": np.ones(5, np.float32), "w": np.ones((4, 8), np.float32)})
+    with pytest.raises(sh.ShardingError) as info:
+        sio.load(path, shardings=NamedSharding(mesh24, P("data", "model")))
+    assert re.match(r"load: bias: the sharding P\('data', 'model'\) does not fit the tensor of shape \[5\]: ",
+                    str(info.value)), str(info.value)
+    assert isinstance(info.value, ValueError) and info.value.__cause__ is not None
+    like = {"bias": np.ones(5, np.float32), "w": np.ones((4, 8), np.float32)}
+    with pytest.raises(sh.ShardingError) as info2:
+        sio.load(path, like, shardings={"bias": NamedSharding(mesh8, P("x")), "w": None})
+    assert re.match(r"load: bias: the sharding P\('x',\) does not fit the tensor of shape \[5\]: ",
+                    str(info2.value)), str(info2.value)
+    assert info2.value.__cause__ is not None
+    got = sio.load(path, like, shardings={"bias": None, "w": NamedSharding(mesh24, P("data", "model"))})
+    assert got["w"].addressable_shards[0].data.shape == (2, 2)
+
+
 def test_each_device_reads_only_its_block(tmp_path: Any, mesh24: Any, mesh8: Any, monkeypatch: Any) -> None:
     d, _ = _saved(tmp_path, mesh24)
     seen: list[tuple[str, tuple[tuple[int, int], ...]]] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import pathlib
 import re
 import subprocess
@@ -291,6 +292,30 @@ def test_errors_are_one_line(tmp_path: Any, capsys: Any) -> None:
     code, _, err = run(capsys, "inspect", str(tmp_path))
     assert code == 2
     assert_one_error_line(err, "Is a directory")
+
+
+def test_html_and_treemap_outputs_refuse_special_files_and_follow_symlinks(tmp_path: Any, capsys: Any) -> None:
+    """--html and -o write only regular files: a FIFO or a directory is a one-line error naming
+    it (nothing written); a symlink stays and its target gets the output."""
+    with fifo(str(tmp_path / "pipe.svg")) as p:
+        code, out, err = run(capsys, "treemap", minilm_path(), "-o", p)
+        assert code == 2 and out == ""
+        assert_one_error_line(err, f"{p}: not a regular file but a named pipe (FIFO)")
+        assert stat.S_ISFIFO(os.lstat(p).st_mode)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    code, _, err = run(capsys, "inspect", minilm_path(), "--html", str(folder))
+    assert code == 2
+    assert_one_error_line(err, str(folder), "Is a directory")
+    assert ".tmp" not in err and os.listdir(folder) == []
+    real = folder / "page.html"
+    real.write_text("old")
+    link = tmp_path / "page.html"
+    link.symlink_to(real)
+    code, out, err = run(capsys, "inspect", minilm_path(), "--depth", "1", "--html", str(link))
+    assert code == 0 and err == ""
+    assert os.path.islink(link) and "<title>model.safetensors</title>" in real.read_text(encoding="utf-8")
+    assert sorted(os.listdir(tmp_path)) == ["out", "page.html", "pipe.svg"] and os.listdir(folder) == ["page.html"]
 
 
 def test_special_files_are_one_line_errors_naming_the_file(tmp_path: Any, capsys: Any) -> None:

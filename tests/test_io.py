@@ -1338,3 +1338,35 @@ def test_a_file_of_unknown_suffix_and_content_is_named_as_not_a_checkpoint(tmp_p
     assert text.startswith(f"{path}: not a checkpoint spruce recognises (.safetensors, .npz, a PyTorch")
     assert "read as safetensors: not a safetensors file" in text
     assert text.count(str(path)) == 1
+
+
+def test_save_refuses_special_files_and_writes_through_symlinks(tmp_path: Any, fmt: str) -> None:
+    """Only a regular file is replaced: a FIFO or a directory at the target is refused before
+    anything is written; a symlink stays and the file it points to gets the checkpoint."""
+    with fifo(str(tmp_path / f"pipe.{fmt}")) as p:
+        with pytest.raises(OSError, match=r"not a regular file but a named pipe \(FIFO\)") as info:
+            sio.save(p, {"a": np.ones(2)})
+        assert str(info.value).startswith(f"{p}: ") and ".tmp" not in str(info.value)
+        assert stat.S_ISFIFO(os.lstat(p).st_mode)
+    assert sorted(os.listdir(tmp_path)) == [f"pipe.{fmt}"]
+    folder = tmp_path / f"d.{fmt}"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError, match="not a regular file") as info2:
+        sio.save(str(folder), {"a": np.ones(1)})
+    assert info2.value.filename == str(folder)
+    real = tmp_path / "real" / f"m.{fmt}"
+    real.parent.mkdir()
+    sio.save(str(real), {"a": np.zeros(3)})
+    os.chmod(real, 0o640)
+    link = tmp_path / f"link.{fmt}"
+    link.symlink_to(real)
+    sio.save(str(link), {"a": np.arange(3.0)})
+    assert os.path.islink(link) and os.readlink(link) == str(real)
+    np.testing.assert_array_equal(np.asarray(sio.load(str(real))["a"]), np.arange(3.0))
+    assert os.stat(real).st_mode & 0o777 == 0o640 and os.listdir(real.parent) == [f"m.{fmt}"]
+    with fifo(str(tmp_path / "pipe2")) as p2:  # a symlink to a FIFO: the FIFO is refused
+        link2 = tmp_path / f"link2.{fmt}"
+        link2.symlink_to(p2)
+        with pytest.raises(OSError, match=r"not a regular file but a named pipe"):
+            sio.save(str(link2), {"a": np.ones(1)})
+        assert os.path.islink(link2) and stat.S_ISFIFO(os.stat(p2).st_mode)

@@ -216,6 +216,73 @@ def test_shardings_without_like_for_every_kind_of_file(tmp_path: Any) -> None:
         assert got["n"] == 4 and type(got["s"]) is np.float32
 
 
+def _write_index(d: Any, tensors: dict[str, Any]) -> None:
+    import json
+
+    with open(d / "index.json", "w") as f:
+        json.dump({"format": "spruce.sharded", "version": 1, "metadata": {}, "tensors": tensors}, f)
+
+
+def test_many_slices_are_checked_for_overlap_and_coverage(tmp_path: Any) -> None:
+    """An index of 20,000 one-element slices is validated without comparing all pairs; an
+    overlap among them or a missing one is still found."""
+    from safetensors.numpy import save_file
+
+    n = 20_000
+    d = tmp_path / "many"
+    d.mkdir()
+    save_file({f"b{i}": np.array([i], np.float32) for i in range(n)}, str(d / "p.safetensors"))
+    slices = [["p.safetensors", f"b{i}", [[i, i + 1]]] for i in reversed(range(n))]
+    _write_index(d, {"v": {"dtype": "F32", "shape": [n], "slices": slices}})
+    np.testing.assert_array_equal(np.asarray(sio.load(str(d))["v"]), np.arange(n, dtype=np.float32))
+    _write_index(d, {"v": {"dtype": "F32", "shape": [n], "slices": slices[:-1] + [["p.safetensors", "b7", [[7, 8]]]]}})
+    with pytest.raises(sio.CheckpointError, match=rf"^{d}: tensor 'v': the slices \[7:8\] in 'p.safetensors' and \[7:8\] in 'p.safetensors' overlap"):
+        sio.read_header(str(d))
+    _write_index(d, {"v": {"dtype": "F32", "shape": [n], "slices": slices[1:]}})
+    with pytest.raises(sio.CheckpointError, match=rf"tensor 'v': its slices cover {n - 1} of its {n} elements"):
+        sio.read_header(str(d))
+
+
+def test_overlap_check_agrees_with_all_pairs() -> None:
+    """The sweep finds an overlap exactly when some pair of blocks shares an element (random
+    2-D and 3-D blocks, empty ones included)."""
+    from spruce.io._sharded import Slice, _overlap
+
+    rng = np.random.default_rng(0)
+    found = 0
+    for trial in range(400):
+        ndim = 2 + trial % 2
+        blocks = []
+        for _ in range(int(rng.integers(2, 7))):
+            start = tuple(int(v) for v in rng.integers(0, 6, ndim))
+            stop = tuple(a + int(v) for a, v in zip(start, rng.integers(0, 3, ndim)))
+            blocks.append(Slice("f", "k", start, stop, None))
+        pairs = any(
+            all(max(a, c) < min(b, e) for a, b, c, e in zip(s.start, s.stop, o.start, o.stop))
+            for i, s in enumerate(blocks) for o in blocks[:i]
+        )
+        got = _overlap(blocks, ndim)
+        assert (got is not None) == pairs, blocks
+        if got is not None:
+            found += 1
+            one, two = got
+            where = [next(i for i, b in enumerate(blocks) if b is x) for x in (one, two)]
+            assert where[0] < where[1]
+            assert all(max(a, c) < min(b, e) for a, b, c, e in zip(one.start, one.stop, two.start, two.stop))
+    assert 10 < found < 390  # both outcomes represented
+
+
+def test_index_with_a_dtype_of_the_wrong_type(tmp_path: Any) -> None:
+    """A dtype that is not a string (a list) is a CheckpointError naming the tensor, not a
+    TypeError from a dict look-up."""
+    d = tmp_path / "lying"
+    d.mkdir()
+    for code in (["F32"], {"F32": 1}, 3, None):
+        _write_index(d, {"w": {"dtype": code, "shape": [1], "slices": [["p.safetensors", "w", [[0, 1]]]]}})
+        with pytest.raises(sio.CheckpointError, match=rf"^{d}: corrupted index: tensor 'w' has an unknown dtype"):
+            sio.load(str(d))
+
+
 def test_mmap_false_copies(tmp_path: Any) -> None:
     for path in (str(tmp_path / "a.safetensors"), str(tmp_path / "d")):
         save = sio.save_sharded if path.endswith("d") else sio.save

@@ -160,6 +160,36 @@ def test_tampered_pickle(tmp_path: pathlib.Path, pkl: bytes, match: str) -> None
         sio.load(f)
 
 
+def test_pickle_dag_expanding_to_too_many_nodes(tmp_path: pathlib.Path) -> None:
+    """A few hundred bytes of pickle whose lists share references (x = [x, x], 60 times) would
+    expand to 2**60 nodes: refused after a bounded number of nodes, naming the file."""
+    x: Any = [None]
+    for _ in range(60):
+        x = [x, x]
+    pkl = pickle.dumps({"a": x}, protocol=2)
+    assert len(pkl) < 1000
+    f = tmp_path / "dag.pt"
+    write_archive(f, pkl, {})
+    for function in (sio.load, sio.read_header):
+        with pytest.raises(CheckpointError, match="expands to too many nodes through shared references") as info:
+            function(f)
+        assert str(info.value).startswith(f"{f}: ")
+
+
+def test_shared_references_are_kept(tmp_path: pathlib.Path) -> None:
+    """A moderately shared structure (the same list referenced at a few places) still loads."""
+    x: Any = [1.5]
+    for _ in range(5):
+        x = [x, x]
+    f = tmp_path / "shared.pt"
+    write_archive(f, pickle.dumps({"a": x, "b": x}, protocol=2), {})
+    tree = sio.load(f)
+    leaf = tree["b"]
+    for _ in range(5):
+        leaf = leaf[1]
+    assert leaf == [1.5] and tree["a"][0][1][0][1][0] == [1.5]
+
+
 def test_not_a_checkpoint(tmp_path: pathlib.Path) -> None:
     f = tmp_path / "x.pt"
     f.write_bytes(b"hello")

@@ -318,24 +318,11 @@ def _load_named(path: str) -> Any:
 
 
 def _write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all (a temporary file beside it, renamed)."""
-    import tempfile
+    """Write ``text`` to ``path`` whole or not at all (``spruce.io``'s atomic writer: a
+    symlink's target is written, a FIFO, device or directory is refused)."""
+    from spruce.io._files import atomic_write_text
 
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".spruce-", suffix=".tmp")
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, path) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # what open() would give, not mkstemp's 0o600
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write_text(path, text)
 
 
 def _inspect(args: argparse.Namespace, out: Any) -> int:

@@ -447,6 +447,9 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
         are missing or unexpected; the message lists the dotted names.
       ValueError: ``rename`` maps two entries to one name; ``shardings`` is not a prefix of
         the tree (naming the key path); ``dtype='like'`` without ``like`` or ``shardings``.
+      spruce.sharding.ShardingError: (a ValueError) a sharding does not fit its tensor (a
+        spec longer than the rank, a dimension the mesh axes do not divide), naming the key
+        path, the shape and the spec.
       OSError: the file cannot be opened, mapped or read; the error names the file.
 
     >>> import os, tempfile, numpy as np
@@ -619,22 +622,44 @@ def _jax_types() -> tuple[Any, Any]:
     return getattr(jax, "Array", None), getattr(jax, "ShapeDtypeStruct", None)
 
 
-def _place(reader: Any, name: str, sharding: Any, dtype: np.dtype[Any]) -> Any:
-    """A jax.Array on ``sharding`` whose devices each read only their own block."""
+def _place(reader: Any, name: str, sharding: Any, dtype: np.dtype[Any], where: str) -> Any:
+    """A jax.Array on ``sharding`` whose devices each read only their own block.
+
+    Raises:
+      spruce.sharding.ShardingError: ``sharding`` does not fit the tensor (a spec longer than
+        its rank, a dimension the mesh axes do not divide), naming the key path ``where``, the
+        shape and the spec; JAX's error is chained.
+    """
     import jax
 
     e = reader.parsed.tensors[name]
+    failed: list[BaseException] = []
 
     def block(index: Any) -> np.ndarray[Any, Any]:
-        arr: np.ndarray[Any, Any] = reader.region(name, index)
+        try:
+            arr: np.ndarray[Any, Any] = reader.region(name, index)
+        except BaseException as err:  # reading failed: raised as it is, not as a sharding error
+            failed.append(err)
+            raise
         return arr if arr.dtype == dtype else arr.astype(dtype)
 
-    return jax.make_array_from_callback(e.shape, sharding, block)
+    try:
+        return jax.make_array_from_callback(e.shape, sharding, block)
+    except Exception as err:
+        if failed or isinstance(err, (CheckpointError, OSError)):
+            raise
+        from ..sharding import ShardingError
+
+        spec = getattr(sharding, "spec", sharding)
+        raise ShardingError(
+            f"load: {where or '<root>'}: the sharding {spec} does not fit the tensor of shape "
+            f"{list(e.shape)}: {type(err).__name__}: {err}"
+        ) from err
 
 
-def _fill(parsed: Parsed, reader: Any, spec: LeafSpec, x: Any, sharding: Any, cast: _Cast) -> tuple[bool, Any]:
+def _fill(parsed: Parsed, reader: Any, spec: LeafSpec, x: Any, sharding: Any, cast: _Cast, where: str) -> tuple[bool, Any]:
     """``(ok, value)``: the file entry ``spec`` loaded as the kind of leaf ``x`` is (placed on
-    ``sharding`` if it is not None)."""
+    ``sharding`` if it is not None); ``where`` is the leaf's key path, for errors."""
     t = type(x)
     if t is bool or t is int or t is float:
         if not spec.tensor:
@@ -664,7 +689,7 @@ def _fill(parsed: Parsed, reader: Any, spec: LeafSpec, x: Any, sharding: Any, ca
     if sharding is None and ((jarr is not None and isinstance(x, jarr)) or (sds is not None and isinstance(x, sds) and x.sharding is not None)):
         sharding = x.sharding
     if sharding is not None and not isinstance(x, np.generic):
-        return True, _place(reader, spec.name, sharding, to)
+        return True, _place(reader, spec.name, sharding, to, where)
     arr = cast.apply(reader.array(spec.name), to)
     if isinstance(x, np.generic):
         return True, arr[()]
@@ -721,7 +746,7 @@ def _load_like(
             out.append(x)
             continue
         used.add(name)
-        ok, value = _fill(parsed, reader, hit[1], x, sharding, cast)
+        ok, value = _fill(parsed, reader, hit[1], x, sharding, cast, name)
         if not ok:
             shown = name if hit[0] == name else f"{name} (stored as {hit[0]})"
             mismatched.append((shown, _like_text(x), _spec_text(parsed, hit[1])))

@@ -167,21 +167,26 @@ def atomic_write(path: str, write: Callable[[str], None]) -> None:
     read from the temporary file, which is created with mode 0o666 like ``open()`` creates
     files, so the process-wide umask is never changed.
 
+    A symlink at ``path`` stays: the file it points to is written (atomically, beside that
+    file).  Only a regular file is ever replaced: a named pipe, a device, a socket or a
+    directory at ``path`` (or at a symlink's target) is refused before anything is written.
+
     Raises:
       IsADirectoryError: ``path`` is a directory.
-      OSError: any I/O failure (a missing folder, no permission, a full disk), always naming
-        ``path`` (never the temporary file).
+      OSError: ``path`` exists but is not a regular file (a FIFO, a device, a socket); any I/O
+        failure (a missing folder, no permission, a full disk), always naming ``path`` (never
+        the temporary file).
     """
-    folder = os.path.dirname(os.path.abspath(path))
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    folder = os.path.dirname(os.path.abspath(target))
     try:
-        if os.path.isdir(path):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        _check_replaceable(target, path)
         tmp = os.path.join(folder, f".spruce-{secrets.token_hex(6)}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
         os.close(fd)
         try:
             try:
-                mode = stat.S_IMODE(os.stat(path).st_mode)
+                mode = stat.S_IMODE(os.stat(target).st_mode)
             except OSError:
                 mode = stat.S_IMODE(os.stat(tmp).st_mode)  # 0o666 & ~umask, as open() gives
             write(tmp)  # (the safetensors package replaces tmp by a file of its own, mode 0o600)
@@ -192,7 +197,7 @@ def atomic_write(path: str, write: Callable[[str], None]) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, path)
+            os.replace(tmp, target)
         except BaseException:
             try:
                 os.unlink(tmp)
@@ -202,6 +207,31 @@ def atomic_write(path: str, write: Callable[[str], None]) -> None:
     except OSError as e:
         raise with_path(e, path) from None
     fsync_dir(folder)
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` with ``atomic_write``: whole or not at all, a
+    symlink's target written, anything but a regular file refused (same errors)."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    atomic_write(path, write)
+
+
+def _check_replaceable(target: str, path: str) -> None:
+    """Raise unless ``target`` (``path`` or its symlink's target) is missing or a regular file."""
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory, not a regular file", path)
+    kind = next((text for test, text in _KINDS if test(mode)), "a special file")
+    raise OSError(f"{path}: not a regular file but {kind}; only regular files are written (nothing written)")
 
 
 def fsync_dir(folder: str) -> None:

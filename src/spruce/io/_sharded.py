@@ -16,6 +16,7 @@ used by ``jax.make_array_from_callback``) from memory-mapped pieces.  Format: do
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import re
@@ -320,7 +321,7 @@ def _tensor(path: str, name: str, info: Any, pieces: dict[str, Parsed]) -> tuple
     if type(info) is not dict:
         raise _bad(f"{where} is not an object", path)
     code = info.get("dtype")
-    if code not in SAFETENSORS_CODES:
+    if type(code) is not str or code not in SAFETENSORS_CODES:
         raise _bad(f"{where} has an unknown dtype {str(code)[:40]!r}", path)
     shape = info.get("shape")
     if type(shape) is not list or len(shape) > 64 or not all(type(d) is int and d >= 0 for d in shape):
@@ -359,15 +360,16 @@ def _tensor(path: str, name: str, info: Any, pieces: dict[str, Parsed]) -> tuple
                 f"{entry.dtype.name}{list(entry.shape)}",
                 path,
             )
-        for other in out:
-            if all(max(a, c) < min(b, d) for a, b, c, d in zip(start, stop, other.start, other.stop)):
-                raise CheckpointError(
-                    f"{where}: the slices {_text(other.start, other.stop)} in {other.file[:200]!r} and "
-                    f"{_text(start, stop)} in {file[:200]!r} overlap",
-                    path,
-                )
         volume += shape_size(block)
         out.append(Slice(file, key, start, stop, entry))
+    overlap = _overlap(out, len(shape_t))
+    if overlap is not None:
+        one, two = overlap
+        raise CheckpointError(
+            f"{where}: the slices {_text(one.start, one.stop)} in {one.file[:200]!r} and "
+            f"{_text(two.start, two.stop)} in {two.file[:200]!r} overlap",
+            path,
+        )
     if volume != shape_size(shape_t):
         raise CheckpointError(
             f"{where}: its slices cover {volume} of its {shape_size(shape_t)} elements (shape "
@@ -375,6 +377,35 @@ def _tensor(path: str, name: str, info: Any, pieces: dict[str, Parsed]) -> tuple
             path,
         )
     return Entry(dtype, shape_t, shape_size(shape_t) * dtype.itemsize, -1), out
+
+
+def _overlap(slices: list[Slice], ndim: int) -> tuple[Slice, Slice] | None:
+    """Two slices (in index order) that share an element, or None.
+
+    A sweep along the dimension with the most distinct block starts: the slices sorted by
+    their start there, each compared (in every dimension) only with the earlier ones whose
+    range in that dimension is still open.  For a tensor split along one dimension that is
+    O(n log n) instead of comparing all pairs; for a grid, each block meets one row of blocks.
+    Empty blocks hold no element and cannot overlap anything.
+    """
+    order = [i for i, s in enumerate(slices) if all(a < b for a, b in zip(s.start, s.stop))]
+    if len(order) < 2:
+        return None
+    d = max(range(ndim), key=lambda k: len({slices[i].start[k] for i in order})) if ndim else 0
+    if ndim:
+        order.sort(key=lambda i: slices[i].start[d])
+    active: list[tuple[int, int]] = []  # a heap of (stop in dimension d, index)
+    for i in order:
+        s = slices[i]
+        if ndim:
+            while active and active[0][0] <= s.start[d]:
+                heapq.heappop(active)
+        for _, j in active:
+            o = slices[j]
+            if all(max(a, c) < min(b, e) for a, b, c, e in zip(s.start, s.stop, o.start, o.stop)):
+                return (o, s) if j < i else (s, o)
+        heapq.heappush(active, (s.stop[d] if ndim else 1, i))
+    return None
 
 
 def _text(start: tuple[int, ...], stop: tuple[int, ...]) -> str:

@@ -47,6 +47,19 @@ from ._values import NotData, encode_value
 
 FORMAT: Final = "pytorch"
 MAX_PICKLE: Final = 1 << 30  # a state dict's pickle is small; its tensors are elsewhere
+# How many nodes the structure of a file may expand to.  Without shared references every node
+# costs at least one pickle opcode byte, so a file of n bytes has at most n nodes; shared
+# references (tied tensors, a config dict used twice) legitimately repeat subtrees, which the
+# factor 16 and the floor of 20,000 leave room for (the file size counts the tensor data too).
+# A pickle DAG (x = [x, x] sixty times) would otherwise expand 2**60 nodes from a few hundred
+# bytes; the absolute cap bounds the work (seconds) and memory for a file padded to any size.
+MAX_NODES: Final = 10_000_000
+
+
+def _node_budget(size: int) -> int:
+    return min(MAX_NODES, 20_000 + 16 * size)
+
+
 _LEGACY_MAGIC: Final = 0x1950A86A20F9469CFC6C
 _LEGACY_PROTOCOL: Final = 1001
 _ZIP_ERRORS: Final = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, struct.error, ValueError, NotImplementedError)
@@ -326,8 +339,9 @@ def _unpickle(data: IO[bytes], path: str, legacy: bool) -> tuple[Any, dict[str, 
 class _Builder:
     """Walks the unpickled object into a structure document; collects the tensors by name."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, budget: int) -> None:
         self.path = path
+        self.budget = budget  # nodes still allowed (see MAX_NODES)
         self.tensors: dict[str, _Tensor] = {}
         self.names: set[str] = set()
         self.active: set[int] = set()
@@ -344,6 +358,13 @@ class _Builder:
     def node(self, x: Any, where: str, depth: int) -> Any:
         if depth > MAX_DEPTH:
             raise self.fail(where, f"is nested more than {MAX_DEPTH} levels deep (or contains itself)")
+        self.budget -= 1
+        if self.budget < 0:
+            raise CheckpointError(
+                "the pickled structure expands to too many nodes through shared references "
+                "(the same object referenced many times over)",
+                self.path,
+            )
         t = type(x)
         if x is None:
             return None
@@ -434,8 +455,8 @@ def _contiguous(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     return True
 
 
-def _document(obj: Any, path: str) -> tuple[dict[str, Any], dict[str, _Tensor]]:
-    b = _Builder(path)
+def _document(obj: Any, path: str, size: int) -> tuple[dict[str, Any], dict[str, _Tensor]]:
+    b = _Builder(path, _node_budget(size))
     try:
         root = b.node(obj, "", 0)
     except NotData as e:  # (a value nested too deeply)
@@ -602,6 +623,6 @@ def parse(path: str) -> Parsed:
             obj, where = _parse_legacy(f, path, size)
         else:
             raise CheckpointError("not a PyTorch checkpoint (neither a zip archive nor a pickle)", path)
-    doc, tensors = _document(obj, path)
+    doc, tensors = _document(obj, path, size)
     entries = _entries(tensors, where, path)
     return Parsed(path, FORMAT, entries, {}, size, ident, doc)
