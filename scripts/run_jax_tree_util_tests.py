@@ -54,10 +54,10 @@ NOT_APPLICABLE: dict[str, str] = {
 _WORDING = "deliberate: message text only (the exception class agrees; spruce names the key path and both sides: README)"
 _UNHASHABLE = "deliberate: unhashable node data (a list aux, a dict subclass) cannot be compared: README, last item"
 _DICT_ORDER = "deliberate: a rebuilt dict keeps the input's insertion order: README, first item"
-_IS_LEAF_TAKES_PATH = "open: is_leaf_takes_path= of the *_with_path functions is missing (_tree/_traverse.py, _tree/_ops.py)"
+_IS_LEAF_TAKES_PATH = "open (a regression: these passed): is_leaf_takes_path= of the *_with_path functions (_tree/_traverse.py, _tree/_walker.py)"
 _TO_JAX = (
-    "open: a spruce registration is unknown to jax.jit (spruce -> JAX registration: _tree/_registry.py "
-    "and the JAX hook in _module/_jax_hook.py)"
+    "open (a regression: these passed): a spruce registration is unknown to jax.jit (spruce -> JAX "
+    "registration: _tree/_registry.py and src/spruce/_jax_bridge.py)"
 )
 KNOWN: dict[str, str] = {
     "TreeTest.testFlattenUpToErrors": _WORDING,
@@ -69,9 +69,8 @@ KNOWN: dict[str, str] = {
     "RegistrationTest.test_register_dataclass_overlapping_fields": _WORDING,
     "RegistrationTest.test_register_dataclass_unexpected_fields": _WORDING,
     "RegistrationTest.test_register_dataclass_missing_fields": (
-        "open: register_dataclass requires dataclass fields with init=False to be listed; JAX "
-        "requires only the __init__ fields (_tree/_registry.py register_dataclass: treat an "
-        "unlisted init=False field as a drop field)"
+        "deliberate: spruce's register_dataclass rebuilds without calling __init__ (its docstring), "
+        "so a field declared init=False, which JAX's __init__ would recompute, must be listed too"
     ),
     "TreeTest.testBroadcast": _UNHASHABLE,
     "TreeTest.testRoundtripWithFlattenUpTo": _UNHASHABLE,
