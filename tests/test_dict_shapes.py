@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import spruce.tree as st
-from spruce._tree import _registry
+from spruce._tree import _expand
 
 KEYS = ["w", "b", "gamma", "beta"]
 
@@ -107,7 +107,7 @@ def test_map2_with_a_different_key_set_still_names_the_keys() -> None:
 
 
 def test_wide_and_non_str_dicts_are_not_shared_but_work() -> None:
-    wide = {f"k{i:03d}": i for i in reversed(range(_registry.MAX_SHAPE_KEYS + 1))}
+    wide = {f"k{i:03d}": i for i in reversed(range(_expand.MAX_SHAPE_KEYS + 1))}
     leaves, td = st.flatten(wide)
     assert leaves == sorted(wide.values())
     assert list(st.unflatten(td, leaves)) == list(wide)
@@ -117,14 +117,14 @@ def test_wide_and_non_str_dicts_are_not_shared_but_work() -> None:
 
 def test_the_shape_table_is_bounded() -> None:
     try:
-        for i in range(_registry.MAX_SHAPES + 100):
+        for i in range(_expand.MAX_SHAPES + 100):
             st.flatten({f"bounded-{i}": 0})
-        assert len(_registry._SHAPES) <= _registry.MAX_SHAPES
+        assert len(_expand._SHAPES) <= _expand.MAX_SHAPES
         # a dict whose shape did not fit still flattens and rebuilds
         d = {"z-last": 1, "a-last": 2}
         assert st.unflatten(*reversed(st.flatten(d))) == d
     finally:
-        _registry._SHAPES.clear()  # leave the table as a real program would have it
+        _expand._SHAPES.clear()  # leave the table as a real program would have it
 
 
 def test_a_second_tree_list_shrunk_by_the_callback_raises_a_clear_error() -> None:

@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from . import tree as _tree
+from ._tree._text import clip
 from ._module._arrays import array_summary, is_array
 
 
@@ -73,18 +74,13 @@ def _compare(trees: tuple[Any, ...], typematch: bool, rtol: float, atol: float) 
     for i, t in enumerate(trees[1:], start=1):
         other, other_def = _tree.flatten_with_path(t)
         if other_def != treedef:
-            return f"tree {i} has a different structure from tree 0:\n  {_short(other_def)}\n  {_short(treedef)}"
+            return f"tree {i} has a different structure from tree 0:\n  {clip(str(other_def), 300)}\n  {clip(str(treedef), 300)}"
         for (path, a), (_, b) in zip(first, other):
             diff = _first_difference(a, b, typematch, rtol, atol)
             if diff is not None:
                 loc = _tree.keystr(path) or "(root)"
                 return f"leaf {loc} of tree {i} differs from tree 0: {diff}"
     return None
-
-
-def _short(x: Any, n: int = 300) -> str:
-    s = str(x)
-    return s if len(s) <= n else s[: n - 3] + "..."
 
 
 def tree_equal(*pytrees: Any, typematch: bool = False, rtol: float = 0.0, atol: float = 0.0) -> bool:

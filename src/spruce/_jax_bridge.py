@@ -42,7 +42,9 @@ from types import ModuleType
 from typing import Any, Callable, Sequence
 
 from ._tree import _keys, _registry
-from ._tree._registry import CUSTOM, MODE_DATACLASS_INIT, MODE_FUNCS, NodeInfo, qualified_name
+from ._tree._kinds import CUSTOM, MODE_DATACLASS_INIT, MODE_FUNCS
+from ._tree._nodes import NodeInfo
+from ._tree._text import qualified_name
 
 _lock = threading.RLock()
 _connected: list[bool] = [False]
@@ -150,7 +152,6 @@ def _register_in_jax(t: type) -> None:
     """Register ``t`` with jax.tree_util (once); the caller holds ``_lock``."""
     if t in _in_jax:
         return
-    jsrc = _jax["jsrc"]
     if t in _jax["entries"]:
         return  # JAX has its own registration of t (made before spruce's): it stays
     _in_jax.add(t)

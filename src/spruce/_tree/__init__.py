@@ -3,7 +3,11 @@
 Layout, one module per concern:
 
 - ``_keys``      key-path entries (DictKey, SequenceKey, GetAttrKey, FlattenedIndexKey), keystr
-- ``_registry``  node kinds, the type registry, registration functions, expand/build of one node
+- ``_kinds``     node kinds (the low bits of a node's code) and how registered nodes flatten
+- ``_nodes``     node data: NodeInfo (per type), DictData, CustomData, the total order of dict keys
+- ``_registry``  the type registry (classification cache) and the ``register_*`` functions
+- ``_expand``    expand / build / match_children: one node apart and back together
+- ``_text``      type names and clipped text for messages
 - ``_treedef``   PyTreeDef: a flat pre-order node table, with unflatten / flatten_up_to / repr
 - ``_traverse``  the public walks: flatten, leaves, flatten_with_path, map, map_with_path, iter
 - ``_walker``    the one iterative walker (leaves, node table, key paths, n-tree map)

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any, Callable, Final
 
 from ._depth import check_depth
+from ._expand import expand, expand_with_keys, match_children
 from ._keys import keystr
-from ._registry import (
+from ._kinds import (
     CUSTOM,
     DEFAULTDICT,
     DEQUE,
@@ -26,29 +27,11 @@ from ._registry import (
     SHIFT,
     STRUCTSEQ,
     TUPLE,
-    CustomData,
-    DictData,
-    expand,
-    expand_with_keys,
-    match_children,
-    qualified_name,
 )
+from ._nodes import CustomData, DictData
+from ._text import qualified_name, short_repr
 
 MAX_KEYS_SHOWN: Final = 8
-MAX_REPR: Final = 120
-
-
-def clip(s: str, limit: int) -> str:
-    """``s`` cut to at most ``limit`` characters, ending in ``...`` when cut."""
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def short_repr(x: Any, limit: int = MAX_REPR) -> str:
-    try:
-        s = repr(x)
-    except Exception as e:  # a broken __repr__ must not hide the real error
-        s = f"<{type(x).__name__} object (repr failed: {type(e).__name__})>"
-    return clip(s, limit)
 
 
 def keys_text(keys: Any) -> str:

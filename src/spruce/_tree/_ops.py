@@ -7,7 +7,9 @@ import functools
 from typing import Any, Callable, Iterable
 
 from ._exceptions import TransposeError
-from ._registry import LEAF, SHIFT, expand, expand_with_keys, lookup
+from ._expand import expand, expand_with_keys
+from ._kinds import LEAF, SHIFT
+from ._registry import lookup
 from ._traverse import IsLeaf, flatten, iter_leaves, leaves, map, structure
 from ._treedef import PyTreeDef, flatten_up_to
 

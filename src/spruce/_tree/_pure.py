@@ -33,7 +33,10 @@ from typing import Any, Callable, Final
 
 from ._depth import DEEP
 from ._errors import changed_size
-from ._registry import CUSTOM, EMPTY, LEAF, LEAF_TYPES, NAMEDTUPLE, _cache, build, expand_registered, lookup, sorted_keys
+from ._expand import EMPTY, build, expand_registered
+from ._kinds import CUSTOM, LEAF, NAMEDTUPLE
+from ._nodes import sorted_keys
+from ._registry import LEAF_TYPES, _cache, lookup
 from ._walker import Walker
 
 RECURSE: Final = DEEP  # levels walked by recursion (16, uncompiled); deeper subtrees go to the walker

@@ -1,7 +1,7 @@
 """PyTreeDef: the structure of a pytree as a flat pre-order node table.
 
 A PyTreeDef holds ``codes`` (one int per node, leaves included, in pre-order: see
-``_registry`` for the packing of kind and arity) and ``data`` (one entry per non-leaf node, in
+``_kinds`` for the packing of kind and arity) and ``data`` (one entry per non-leaf node, in
 the same order).  Equality is two list comparisons; unflatten, repr and every other operation
 walk the table iteratively, so a PyTreeDef of any depth is safe to use.
 """
@@ -13,16 +13,19 @@ import threading
 from collections import OrderedDict, defaultdict, deque
 from typing import TYPE_CHECKING, Any, Callable, Final, Iterable
 
-from ._errors import changed_size, clip, mismatch_detail, nodes_of, path_of, path_text, short_repr
-from ._registry import (
+from ._errors import changed_size, mismatch_detail, nodes_of, path_of, path_text
+from ._expand import EMPTY, build, expand, structseq_fields
+from ._kinds import (
     CUSTOM,
     DEFAULTDICT,
     DEQUE,
     DICT,
-    EMPTY,
     LEAF,
     LIST,
     MASK,
+    MODE_DATACLASS,
+    MODE_DATACLASS_INIT,
+    MODE_STATIC,
     NAMEDTUPLE,
     NONE,
     NUM_KINDS,
@@ -30,19 +33,10 @@ from ._registry import (
     SHIFT,
     STRUCTSEQ,
     TUPLE,
-    MODE_DATACLASS,
-    MODE_DATACLASS_INIT,
-    MODE_STATIC,
-    CustomData,
-    DictData,
-    _is_namedtuple_type,
-    _is_structseq_type,
-    build,
-    expand,
-    lookup,
-    sorted_keys,
-    structseq_fields,
 )
+from ._nodes import CustomData, DictData, sorted_keys
+from ._registry import _is_namedtuple_type, _is_structseq_type, lookup
+from ._text import short_repr
 
 if TYPE_CHECKING:
     from mypy_extensions import i64  # native ints when compiled (see _traverse)
@@ -241,7 +235,7 @@ class PyTreeDef:
         if len(items) != n:
             raise ValueError(
                 f"walk: {'too few' if len(items) < n else 'too many'} leaves: the PyTreeDef has {n} "
-                f"leaves (structure: {clip(short_repr(self, 200), 200)})"
+                f"leaves (structure: {short_repr(self, 200)})"
             )
         codes = self._codes
         data = self._data

@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING, Any, Callable, Final
 
 from ._depth import CycleFound, MismatchFound, check_depth
 from ._errors import changed_size
+from ._expand import EMPTY, build, expand, expand_with_keys, match_children
 from ._keys import SEQUENCE_KEYS, sequence_keys
-from ._registry import EMPTY, LEAF, LIST, MASK, SHIFT, build, expand, expand_with_keys, match_children
+from ._kinds import LEAF, LIST, MASK, SHIFT
 
 if TYPE_CHECKING:
     from mypy_extensions import i64  # native ints when compiled (see _traverse)

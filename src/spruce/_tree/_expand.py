@@ -1,0 +1,289 @@
+"""expand and build: one node apart and back together, the primitives every walker uses.
+
+``expand(x)`` takes one object to ``(code, data, children)`` and ``build(code, data, children)``
+takes it back.  ``code`` packs the node kind (low 4 bits, ``_kinds``) and the number of
+children (``code >> 4``); a leaf has code 0.  ``data`` is what the node needs to be rebuilt and
+compared: ``None`` for tuple/list/None, a ``DictData`` for the dict kinds, the class for
+namedtuples and struct sequences, ``maxlen`` for a deque, a ``CustomData`` for registered
+classes.  ``match_children`` takes another tree's node in the order of a given one.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, defaultdict, deque
+from typing import Any, Final
+
+from ._keys import GetAttrKey, dict_keys, sequence_keys
+from ._kinds import (
+    CUSTOM,
+    DEFAULTDICT,
+    DEQUE,
+    DICT,
+    LEAF,
+    LIST,
+    MASK,
+    NAMEDTUPLE,
+    NONE,
+    ORDEREDDICT,
+    SHIFT,
+    STRUCTSEQ,
+    TUPLE,
+)
+from ._nodes import CustomData, DictData, NodeInfo, sorted_keys
+from ._registry import _cache, lookup
+
+EMPTY: Final[list[Any]] = []
+_ABSENT: Final = object()
+
+# Dict shapes.  A plain dict's node data depends only on its keys in insertion order, and a
+# model repeats the same few dicts (one {'W', 'b'} per layer), so ``dict_data`` makes it once per
+# shape and shares it: a dict seen before costs no sort, no per-key lookup and no allocation
+# beyond its children list, and PyTreeDefs holding it compare those nodes by identity.  Only
+# dicts whose keys are all exactly str are shared (equal str keys are interchangeable; 1, 1.0 and
+# True are equal keys but not the same key), up to MAX_SHAPE_KEYS keys and MAX_SHAPES shapes,
+# so a stream of new key sets cannot grow the table without bound.
+_SHAPES: Final[dict[tuple[Any, ...], DictData]] = {}
+MAX_SHAPE_KEYS: Final = 64
+MAX_SHAPES: Final = 4096
+
+
+def dict_data(d: dict[Any, Any], factory: Any) -> tuple[DictData, list[Any]]:
+    """Node data and children (in sorted key order) of a dict or defaultdict."""
+    order = list(d.keys())
+    if factory is None and len(order) <= MAX_SHAPE_KEYS:
+        for k in order:
+            if type(k) is not str:
+                return _dict_data(d, order, factory)
+        shape = tuple(order)
+        dd = _SHAPES.get(shape)
+        if dd is None:
+            dd = _dict_data(d, order, None)[0]
+            if dd.order is not None:
+                at = {k: i for i, k in enumerate(order)}
+                dd.perm = [at[k] for k in dd.keys]
+            dd.shared = True
+            if len(_SHAPES) < MAX_SHAPES:
+                _SHAPES[shape] = dd
+        values = list(d.values())
+        perm = dd.perm
+        if perm is None:
+            return dd, values
+        return dd, [values[i] for i in perm]
+    return _dict_data(d, order, factory)
+
+
+def _dict_data(d: dict[Any, Any], order: list[Any], factory: Any) -> tuple[DictData, list[Any]]:
+    """``dict_data`` without sharing: ``order`` is ``list(d.keys())``, kept by the DictData."""
+    keys = order[:]
+    try:
+        keys.sort()
+    except TypeError:
+        keys = sorted_keys(d)
+    # The sorted list holds the dict's own key objects, so identity tells whether the
+    # insertion order is the sorted one; if it is, the values come in order without lookups.
+    for i in range(len(keys)):
+        if keys[i] is not order[i]:
+            return DictData(keys, order, factory), [d[k] for k in keys]
+    return DictData(keys, None, factory), list(d.values())
+
+
+def expand(x: Any, none_is_leaf: bool) -> tuple[int, Any, list[Any]]:
+    """Take one object apart: ``(code, data, children)``; code 0 means a leaf."""
+    t = type(x)
+    if t is list:
+        # The list itself, not a copy: walkers fix its length when they enter it (items a
+        # callback appends are not visited) and raise if it shrinks under them.
+        lst: list[Any] = x
+        return (len(lst) << SHIFT) | LIST, None, lst
+    if t is tuple:
+        ch = list(x)
+        return (len(ch) << SHIFT) | TUPLE, None, ch
+    if t is dict:
+        dd, ch = dict_data(x, None)
+        return (len(ch) << SHIFT) | DICT, dd, ch
+    if x is None:
+        if none_is_leaf:
+            return LEAF, None, EMPTY
+        return NONE, None, EMPTY
+    info = _cache.get(t)
+    if info is None:
+        info = lookup(t)
+    kind = info.kind
+    if kind == LEAF:
+        return LEAF, None, EMPTY
+    return expand_registered(x, info)
+
+
+def expand_registered(x: Any, info: NodeInfo) -> tuple[int, Any, list[Any]]:
+    kind = info.kind
+    if kind == CUSTOM:
+        ch, aux = info.flatten_node(x)
+        return (len(ch) << SHIFT) | CUSTOM, CustomData(info, aux), ch
+    if kind == NAMEDTUPLE or kind == STRUCTSEQ:
+        ch = list(x)
+        return (len(ch) << SHIFT) | kind, info.nodetype, ch
+    if kind == ORDEREDDICT:
+        okeys = list(x)
+        ch = [x[k] for k in okeys]
+        return (len(ch) << SHIFT) | ORDEREDDICT, DictData(okeys, None, None), ch
+    if kind == DEFAULTDICT:
+        dd, ch = dict_data(x, x.default_factory)
+        return (len(ch) << SHIFT) | DEFAULTDICT, dd, ch
+    # DEQUE, the only kind left: list, tuple, dict and None are exact types that every caller
+    # tests before asking the registry, and leaves have no NodeInfo of another kind.
+    ch = list(x)
+    return (len(ch) << SHIFT) | DEQUE, x.maxlen, ch
+
+
+def child_keys(x: Any, code: int, data: Any, n: int) -> list[Any]:
+    """The key entries of the ``n`` children of node ``x`` (not for CUSTOM nodes).
+
+    The list may be shared with other nodes: callers never mutate it.
+    """
+    kind = code & MASK
+    if kind == TUPLE or kind == LIST or kind == DEQUE:
+        return sequence_keys(n)
+    if kind == DICT or kind == ORDEREDDICT or kind == DEFAULTDICT:
+        assert isinstance(data, DictData)
+        entries = data.entries
+        if entries is None:
+            entries = dict_keys(data.keys)
+            data.entries = entries
+        return entries
+    if kind == NAMEDTUPLE:
+        return [GetAttrKey(f) for f in data._fields]
+    if kind == STRUCTSEQ:
+        names = structseq_fields(data)
+        return [GetAttrKey(f) for f in names[:n]] + sequence_keys(n)[len(names) :]
+    return []
+
+
+def structseq_fields(t: Any) -> list[str]:
+    names = getattr(t, "__match_args__", None)
+    if names is None:
+        return []
+    return [str(n) for n in names]
+
+
+def expand_with_keys(x: Any, none_is_leaf: bool) -> tuple[int, Any, list[Any], list[Any]]:
+    """As ``expand``, plus the key entries of the children."""
+    t = type(x)
+    if t is not list and t is not tuple and t is not dict and x is not None:
+        info = _cache.get(t)
+        if info is None:
+            info = lookup(t)
+        kind = info.kind
+        if kind == LEAF:
+            return LEAF, None, EMPTY, EMPTY
+        if kind == CUSTOM:
+            ch, keys, aux = info.flatten_node_with_keys(x)
+            return (len(ch) << SHIFT) | CUSTOM, CustomData(info, aux), ch, keys
+        code, data, ch = expand_registered(x, info)
+    else:
+        code, data, ch = expand(x, none_is_leaf)
+    if code == LEAF or not ch:
+        return code, data, ch, EMPTY
+    return code, data, ch, child_keys(x, code, data, len(ch))
+
+
+def match_children(code: int, data: Any, y: Any, none_is_leaf: bool) -> list[Any] | None:
+    """The children of ``y`` in the order of a node (code, data) it should match, or None when
+    it does not match (different kind, length, keys or node data).
+
+    Exact lists, tuples and dicts are checked without sorting ``y``'s keys: same length and
+    every key present means the same key set.
+    """
+    kind = code & MASK
+    n = code >> SHIFT
+    t = type(y)
+    if kind == LIST:
+        if t is list and len(y) == n:
+            lst: list[Any] = y
+            return lst[:]
+        return None
+    if kind == TUPLE:
+        if t is tuple and len(y) == n:
+            return list(y)
+        return None
+    if kind == DICT:
+        if t is dict and len(y) == n:
+            yd: dict[Any, Any] = y
+            dd: DictData = data
+            if dd.shared and list(yd.keys()) == (dd.keys if dd.order is None else dd.order):
+                # Same keys in the same insertion order (as equal as ``get`` would find them):
+                # the values come out by position, without a lookup per key.
+                values = list(yd.values())
+                perm = dd.perm
+                return values if perm is None else [values[i] for i in perm]
+            out: list[Any] = []
+            for k in data.keys:
+                v = yd.get(k, _ABSENT)
+                if v is _ABSENT:
+                    return None
+                out.append(v)
+            return out
+        return None
+    if kind == NONE:
+        return EMPTY if y is None else None
+    ycode, ydata, ych = expand(y, none_is_leaf)
+    if ycode != code:
+        return None
+    if data is not ydata and not bool(data == ydata):
+        return None
+    return ych
+
+
+def build(code: int, data: Any, children: list[Any]) -> Any:
+    """Put one node together from its code, node data and (already built) children.
+
+    ``children`` may be returned as the list node itself, so callers pass a fresh list.
+    """
+    kind = code & MASK
+    if kind == LIST:
+        return children
+    if kind == TUPLE:
+        return tuple(children)
+    if kind == DICT:
+        dd: DictData = data
+        keys = dd.keys
+        order = dd.order
+        # A dict that already has the keys in insertion order, assigned in sorted order, keeps
+        # the order without per-key lookups.  A node rebuilt more than once (a PyTreeDef
+        # unflattened again and again, or a dict shape shared by many nodes) copies a cached
+        # template, which is cheaper than inserting the keys (no table growth); a node rebuilt
+        # once (map) does not make one.
+        template = dd.template
+        if order is None and len(keys) <= 16:
+            out: dict[Any, Any] = {}  # small and sorted: inserting is as cheap as copying
+        elif template is not None:
+            out = template.copy()
+        elif dd.built:
+            template = dict.fromkeys(keys if order is None else order)
+            dd.template = template
+            out = template.copy()
+        else:
+            dd.built = True
+            out = {} if order is None else dict.fromkeys(order)
+        for i in range(len(keys)):
+            out[keys[i]] = children[i]
+        return out
+    if kind == NONE:
+        return None
+    if kind == CUSTOM:
+        cd: CustomData = data
+        return cd.info.unflatten_node(cd.aux, children)
+    if kind == NAMEDTUPLE:
+        return data(*children)
+    if kind == ORDEREDDICT:
+        od: DictData = data
+        return OrderedDict(zip(od.keys, children))
+    if kind == DEFAULTDICT:
+        ddd: DictData = data
+        tmp = dict(zip(ddd.keys, children))
+        order = ddd.order if ddd.order is not None else ddd.keys
+        return defaultdict(ddd.factory, [(k, tmp[k]) for k in order])
+    if kind == DEQUE:
+        return deque(children, maxlen=data)
+    if kind == STRUCTSEQ:
+        return data(children)
+    raise ValueError(f"invalid pytree node code {code}")
