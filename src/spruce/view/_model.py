@@ -9,7 +9,6 @@ become rows that say so.
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any, Callable
 
 from .. import tree as _tree
@@ -108,22 +107,6 @@ def type_name(x: Any) -> str:
 _PLAIN = (bool, int, float, complex, str, bytes)
 
 
-def _jax_children(x: Any) -> list[tuple[Any, Any]] | None:
-    """``[(key, child), ...]`` of a node type registered only with JAX (when JAX is imported and
-    ``x`` is not an array or a plain scalar), else None."""
-    if isinstance(x, _PLAIN) or "jax" not in sys.modules or _array_info(x) is not None:
-        return None
-    try:
-        import jax
-
-        pairs, _ = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
-    except Exception:  # noqa: BLE001 - JAX's flatten of an unusual object: a leaf for us
-        return None
-    if len(pairs) == 1 and not pairs[0][0]:
-        return None  # a leaf for JAX too
-    return [(path[0] if len(path) == 1 else path, child) for path, child in pairs]
-
-
 _DTYPE_NAMES: dict[Any, str] = {}
 
 
@@ -148,11 +131,6 @@ def _key(entry: Any) -> str:
     """The dotted-name component of one key entry (``spruce.io.path_name``'s rule)."""
     if type(entry) is _tree.SequenceKey:
         return str(entry.idx)
-    if type(entry).__module__.startswith("jax"):  # a key of a node registered only with JAX
-        for attr in ("name", "idx", "key"):
-            if hasattr(entry, attr):
-                value = getattr(entry, attr)
-                return value if isinstance(value, str) else repr(value)
     try:
         return path_name((entry,))
     except Exception:  # noqa: BLE001 - a key whose str raises
@@ -189,12 +167,10 @@ def build(tree: Any, *, is_leaf: Callable[[Any], bool] | None = None) -> Model:
         except Exception as e:  # noqa: BLE001 - a registry lookup or predicate that raises
             n.kind, n.text = ERROR, f"{type(e).__name__}: {safe_repr(e, 120)}"
             continue
-        foreign = None
         if leafy:
-            foreign = None if chosen else _jax_children(x)
-            if foreign is None:
-                _fill_leaf(n, x, arrays_seen, nodes)
-                continue
+            # Nodes registered only with JAX are nodes here too: spruce.tree sees JAX's registry.
+            _fill_leaf(n, x, arrays_seen, nodes)
+            continue
         oid = id(x)
         if oid in on_path:
             n.kind, n.target = CYCLE, seen[oid]
@@ -203,7 +179,7 @@ def build(tree: Any, *, is_leaf: Callable[[Any], bool] | None = None) -> Model:
             n.kind, n.target = SHARED, seen[oid]
             continue
         try:
-            children = foreign if foreign is not None else _tree.flatten_one_level_with_path(x)[0]
+            children = _tree.flatten_one_level_with_path(x)[0]
         except Exception as e:  # noqa: BLE001 - a custom flatten that raises
             n.kind, n.text = ERROR, f"flatten raised {type(e).__name__}: {safe_repr(e, 120)}"
             continue
