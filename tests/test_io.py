@@ -1370,3 +1370,18 @@ def test_save_refuses_special_files_and_writes_through_symlinks(tmp_path: Any, f
         with pytest.raises(OSError, match=r"not a regular file but a named pipe"):
             sio.save(str(link2), {"a": np.ones(1)})
         assert os.path.islink(link2) and stat.S_ISFIFO(os.stat(p2).st_mode)
+
+
+def test_mismatch_names_the_dtype_the_cast_gave(tmp_path: pathlib.Path) -> None:
+    path = str(tmp_path / "m.safetensors")
+    spruce.io.save(path, {"w": np.ones((2, 3), np.float32), "i": np.arange(3)})
+    with pytest.raises(spruce.io.MismatchError) as caught:
+        spruce.io.load(path, like={"w": np.ones((2, 4), np.float16), "i": np.zeros(3, np.int64)}, dtype="like")
+    assert "w: like has float16[2, 4], the file float32[2, 3] (loaded as float16 by dtype='like')" in str(caught.value)
+    with pytest.raises(spruce.io.MismatchError) as caught:
+        spruce.io.load(path, like={"w": np.ones((2, 3), np.float16), "i": np.zeros(3, np.int64)}, dtype="bfloat16")
+    assert "the file float32[2, 3] (loaded as bfloat16 by dtype=bfloat16)" in str(caught.value)
+    # integers are never cast, so their text is the file's dtype alone
+    with pytest.raises(spruce.io.MismatchError) as caught:
+        spruce.io.load(path, like={"w": np.ones((2, 3), np.float16), "i": np.zeros(3, np.int32)}, dtype=np.float16)
+    assert str(caught.value).endswith("i: like has int32[3], the file int64[3]")

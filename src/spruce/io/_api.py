@@ -602,11 +602,17 @@ def _plain(array: Callable[[str], Any], spec: LeafSpec) -> Any:
     return arr[()] if spec.scalar and arr.shape == () else arr
 
 
-def _spec_text(parsed: Parsed, spec: LeafSpec) -> str:
+def _spec_text(parsed: Parsed, spec: LeafSpec, cast: _Cast | None = None, x: Any = None) -> str:
     if not spec.tensor:
         return f"a stored {type(spec.value).__name__} value"
     e = parsed.tensors[spec.name]
-    return f"{describe(e.final_dtype)}{list(e.shape)}"
+    text = f"{describe(e.final_dtype)}{list(e.shape)}"
+    if cast is not None and (cast.like or cast.dtype is not None):
+        to = cast.result(e.final_dtype, getattr(x, "dtype", None))
+        if to != e.final_dtype:  # say what the dtype= policy made of it
+            policy = "'like'" if cast.like else describe(to)
+            text += f" (loaded as {describe(to)} by dtype={policy})"
+    return text
 
 
 def _like_text(x: Any) -> str:
@@ -749,7 +755,7 @@ def _load_like(
         ok, value = _fill(parsed, reader, hit[1], x, sharding, cast, name)
         if not ok:
             shown = name if hit[0] == name else f"{name} (stored as {hit[0]})"
-            mismatched.append((shown, _like_text(x), _spec_text(parsed, hit[1])))
+            mismatched.append((shown, _like_text(x), _spec_text(parsed, hit[1], cast, x)))
             out.append(x)
             continue
         out.append(value)
