@@ -169,50 +169,8 @@ def _leaf_test(is_leaf: Callable[..., Any] | None, path_leaf: bool, path: tuple[
 def cycle_error(tree: Any, is_leaf: Callable[..., Any] | None, path_leaf: bool, none_is_leaf: bool) -> Exception:
     """The ValueError for a tree that contains itself, naming the key path where the cycle
     first closes (in walk order) and that of the ancestor it closes on."""
-    on_path: dict[int, int] = {}  # id of each node on the root-to-node path -> its depth
-    nodes: list[Any] = []  # that path (kept, so the ids stay valid)
-    path: list[Any] = []  # the keys of nodes[1:]
-    st: list[tuple[list[Any], list[Any], int]] = []
-    seq: list[Any] = [tree]
-    keys: list[Any] = [None]
-    pos = 0
-    while True:
-        if pos < len(seq):
-            x = seq[pos]
-            k = keys[pos]
-            pos += 1
-            depth = len(nodes)
-            if _leaf_test(is_leaf, path_leaf, tuple(path + [k]) if depth else (), x):
-                continue
-            code, _, ch, ckeys = expand_with_keys(x, none_is_leaf)
-            if code == LEAF or not ch:
-                continue
-            at = on_path.get(id(x))
-            if at is not None:
-                closing = path_text(tuple(path + [k]))
-                ancestor = path_text(tuple(path[:at]))
-                return ValueError(
-                    f"cycle in pytree: the {type(x).__name__} at key path {closing} is "
-                    f"the same object as its ancestor at key path {ancestor}, so the tree "
-                    "would be infinitely deep; a pytree must not contain itself"
-                )
-            on_path[id(x)] = depth
-            nodes.append(x)
-            if depth:
-                path.append(k)
-            if depth & (depth - 1) == 0:
-                check_depth(depth)
-            st.append((seq, keys, pos))
-            seq = ch
-            keys = ckeys
-            pos = 0
-        elif st:
-            seq, keys, pos = st.pop()
-            del on_path[id(nodes.pop())]
-            if nodes:
-                path.pop()
-        else:
-            return ValueError("cycle in pytree: a container contains itself")
+    found = _walk_again("", tree, [], is_leaf, path_leaf, none_is_leaf)
+    return found if found is not None else ValueError("cycle in pytree: a container contains itself")
 
 
 def mismatch_error(
@@ -224,8 +182,26 @@ def mismatch_error(
     none_is_leaf: bool,
 ) -> Exception:
     """The ValueError for trees in ``rest`` that do not have ``tree``'s structure as a prefix,
-    naming the key path of the first mismatch (in walk order) and both sides."""
-    path: list[Any] = []  # keys of the nodes entered below the root
+    naming the key path of the first mismatch (in walk order) and both sides (or the cycle in
+    ``tree`` met first)."""
+    found = _walk_again(what, tree, rest, is_leaf, path_leaf, none_is_leaf)
+    return found if found is not None else ValueError(f"{what}: the trees do not match (they changed while being walked)")
+
+
+def _walk_again(
+    what: str,
+    tree: Any,
+    rest: list[Any],
+    is_leaf: Callable[..., Any] | None,
+    path_leaf: bool,
+    none_is_leaf: bool,
+) -> Exception | None:
+    """Walk ``tree`` (and ``rest`` beside it) keeping the key path, and return the error for
+    the first node, in walk order, where a tree of ``rest`` does not match or ``tree`` closes a
+    cycle; None if there is neither."""
+    on_path: dict[int, int] = {}  # id of each node on the root-to-node path -> its depth
+    nodes: list[Any] = []  # that path (kept, so the ids stay valid)
+    path: list[Any] = []  # the keys of nodes[1:]
     st: list[tuple[list[Any], list[list[Any]], list[Any], int]] = []
     seq: list[Any] = [tree]
     rseqs: list[list[Any]] = [[r] for r in rest]
@@ -237,7 +213,7 @@ def mismatch_error(
             k = keys[pos]
             ys = [r[pos] if pos < len(r) else None for r in rseqs]
             pos += 1
-            depth = len(st)
+            depth = len(nodes)
             here = tuple(path + [k]) if depth else ()
             if _leaf_test(is_leaf, path_leaf, here, x):
                 continue
@@ -258,6 +234,15 @@ def mismatch_error(
                 children.append(ych)
             if not ch:
                 continue
+            at = on_path.get(id(x))
+            if at is not None:
+                return ValueError(
+                    f"cycle in pytree: the {type(x).__name__} at key path {path_text(here)} is "
+                    f"the same object as its ancestor at key path {path_text(tuple(path[:at]))}, "
+                    "so the tree would be infinitely deep; a pytree must not contain itself"
+                )
+            on_path[id(x)] = depth
+            nodes.append(x)
             if depth:
                 path.append(k)
             if depth & (depth - 1) == 0:
@@ -269,10 +254,11 @@ def mismatch_error(
             pos = 0
         elif st:
             seq, rseqs, keys, pos = st.pop()
-            if st:
+            del on_path[id(nodes.pop())]
+            if nodes:
                 path.pop()
         else:
-            return ValueError(f"{what}: the trees do not match (they changed while being walked)")
+            return None
 
 
 def changed_size(seq: list[Any], n: int) -> RuntimeError:
