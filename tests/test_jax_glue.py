@@ -198,7 +198,7 @@ def test_filter_jit_passes_any_keyword_through() -> None:
 
 @pytest.mark.parametrize(
     "option",
-    ["static_argnums", "static_argnames", "donate_argnums", "donate_argnames", "in_shardings", "out_shardings"],
+    ["static_argnums", "static_argnames", "donate_argnums", "donate_argnames"],
 )
 def test_filter_jit_refuses_options_that_count_positions(option: str) -> None:
     with pytest.raises(TypeError, match=f"filter_jit does not take {option}=: jax.jit would apply it"):
@@ -256,6 +256,54 @@ def test_filter_jit_donation_with_a_module_as_the_function() -> None:
         out = sjax.filter_jit(m, donate=donate)(a, b)
         np.testing.assert_allclose(out[0], [1.0, 1.0])
         assert [m.s.is_deleted(), a.is_deleted(), b.is_deleted()] == deleted
+
+
+def test_reusing_a_donated_argument_names_it() -> None:
+    step = sjax.filter_jit(_step, donate="all-except-first")
+    params, grads = _fresh()
+    out, _ = step(params, grads, 0.5)
+    with pytest.raises(RuntimeError, match=r"filter_jit: argument args\[1\]\['b'\] \(a float32\[3\] array\) has been "
+                       r"deleted: it was donated to an earlier call .* Pass that call's output instead"):
+        step(out, grads, 0.5)
+    assert not any(a.is_deleted() for a in st.leaves(out))  # the failed call donated nothing
+    # a keyword argument, and a plain array argument (JAX's direct path is not taken with donation)
+    kw = sjax.filter_jit(lambda p, *, g: (p + g, g * 2), donate="all")  # (an output per buffer)
+    p, g = jnp.ones(2), jnp.ones(2)
+    np.testing.assert_allclose(kw(p, g=g)[0], [2.0, 2.0])
+    assert p.is_deleted() and g.is_deleted()
+    with pytest.raises(RuntimeError, match=r"keyword argument g \(a float32\[2\] array\) has been deleted"):
+        kw(jnp.ones(2), g=g)
+    with pytest.raises(RuntimeError, match=r"argument args\[0\] \(a float32\[2\] array\) has been deleted"):
+        kw(p, g=jnp.ones(2))
+    # an array deleted by hand, without donation, on the direct path (all arguments arrays)
+    plain = sjax.filter_jit(lambda a, b: a * b)
+    a = jnp.arange(3.0)
+    np.testing.assert_allclose(plain(a, a), [0.0, 1.0, 4.0])
+    a.delete()
+    with pytest.raises(RuntimeError, match=r"argument args\[0\] \(a float32\[3\] array\) has been deleted"):
+        plain(a, jnp.ones(3))
+    # the function's own Module, donated with donate='all'
+    class Shift(spruce.Module):
+        s: jax.Array
+
+        def __call__(self, a: Any) -> Any:
+            return a + self.s
+
+    m = Shift(jnp.ones(2))
+    f = sjax.filter_jit(m, donate="all")
+    f(jnp.zeros(2))
+    with pytest.raises(RuntimeError, match=r"the array at \.s of the function's own Module \(a float32\[2\] array\)"):
+        f(jnp.zeros(2))
+
+
+def test_other_errors_at_the_call_pass_through() -> None:
+    def bad(x: Any) -> Any:
+        raise ValueError("from the function")
+
+    with pytest.raises(ValueError, match="from the function"):
+        sjax.filter_jit(bad)(jnp.ones(2))
+    with pytest.raises(ValueError, match="from the function"):
+        sjax.filter_jit(bad, donate="all")({"x": jnp.ones(2)})
 
 
 # ----------------------------------------------- tree_at: static fields and the frozen advice

@@ -696,34 +696,14 @@ def _fill(parsed: Parsed, reader: Any, spec: LeafSpec, x: Any, sharding: Any, ca
     return True, arr
 
 
-class _Box:
-    """A sharding (or None) held as one leaf."""
-
-    __slots__ = ("sharding",)
-
-    def __init__(self, sharding: Any) -> None:
-        self.sharding = sharding
-
-
 def _shardings_for(shardings: Any, like: Any, n: int) -> list[Any]:
     """One sharding (or None) per leaf of ``like``, from a tree of shardings that is a prefix
     of ``like`` (None entries: not placed)."""
     if shardings is None:
         return [None] * n
-    from jax.sharding import Sharding
+    from .._shard import leaf_shardings
 
-    def is_leaf(s: Any) -> bool:
-        return s is None or isinstance(s, Sharding)
-
-    boxed = _tree.map(_Box, shardings, is_leaf=is_leaf)
-    try:
-        full = _tree.broadcast(boxed, like, is_leaf=lambda b: isinstance(b, _Box))
-    except ValueError as e:
-        raise ValueError(f"load: shardings must be a tree of Shardings matching like or a prefix of it: {e}") from None
-    out = [b.sharding for b in _tree.leaves(full, is_leaf=lambda b: isinstance(b, _Box))]
-    if len(out) != n:  # pragma: no cover - broadcast keeps like's leaves
-        raise ValueError("load: shardings do not line up with the leaves of like")
-    return out
+    return leaf_shardings(shardings, like, "load", "like")
 
 
 def _load_like(
