@@ -428,9 +428,11 @@ def test_each_device_reads_only_its_block(tmp_path: Any, mesh24: Any, mesh8: Any
     seen: list[tuple[str, tuple[tuple[int, int], ...]]] = []
     region = _sharded.Reader.region
 
-    def spy(self: Any, name: str, index: Any) -> Any:
-        out = region(self, name, index)
-        seen.append((name, tuple((s.start, s.stop) for s in index)))
+    def spy(self: Any, name: str, index: Any, detach: bool = False) -> Any:
+        out = region(self, name, index, detach)
+        if name == "embed":  # placed: a copy, not a view of the mapping
+            assert detach and not any(np.shares_memory(out, self._view(s)) for s in self.index.slices[name])
+            seen.append((name, tuple((s.start, s.stop) for s in index)))
         return out
 
     monkeypatch.setattr(_sharded.Reader, "region", spy)

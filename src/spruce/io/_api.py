@@ -164,10 +164,18 @@ class _Reader:
             self.zip = zipfile.ZipFile(self.file)
         return _npz.read_member(self.zip, e, self.parsed.path)
 
-    def region(self, name: str, index: Any) -> np.ndarray[Any, Any]:
-        """The block ``index`` (a tuple of slices) of tensor ``name``."""
+    def region(self, name: str, index: Any, detach: bool = False) -> np.ndarray[Any, Any]:
+        """The block ``index`` (a tuple of slices) of tensor ``name``; with ``detach``, a new
+        array, and the tensor's pages are released from the process (``MappedFile.release``)."""
         arr = self.array(name)
-        return arr if index is None else arr[tuple(index)]
+        block = arr if index is None else arr[tuple(index)]
+        if not detach:
+            return block
+        out = np.array(block)
+        e = self.parsed.tensors[name]
+        if e.offset >= 0 and not self.copy:
+            self.mapped.release(e)
+        return out
 
     def close(self) -> None:
         if self.zip is not None:
@@ -637,7 +645,7 @@ def _place(reader: Any, name: str, sharding: Any, dtype: np.dtype[Any], where: s
 
     def block(index: Any) -> np.ndarray[Any, Any]:
         try:
-            arr: np.ndarray[Any, Any] = reader.region(name, index)
+            arr: np.ndarray[Any, Any] = reader.region(name, index, detach=True)
         except BaseException as err:  # reading failed: raised as it is, not as a sharding error
             failed.append(err)
             raise
