@@ -304,6 +304,30 @@ def test_filter_jit_bad_shardings_name_the_key_path(mesh24: Any) -> None:
         filter_jit(_step_fn, in_shardings=(None, NamedSharding(mesh24, P("data"))))(params, placed)
 
 
+def test_view_counts_a_tied_array_once_and_draws_explain(mesh24: Any) -> None:
+    """spruce.view's sharding records: an array held at two paths is held once by the devices,
+    so it is one record and its bytes count once; and explain's report draws as a page whose
+    memory bars are explain's exact bytes per device."""
+    import spruce.view as view
+
+    placed = sh.shard(_tree(), mesh24, RULES)
+    tied = {"a": placed["embed"], "b": placed["embed"], "c": placed["layers"][0]["attn"]["query_proj"].kernel}
+    leaves = view.sharding_leaves(tied)
+    assert [x.path for x in leaves] == ["a", "c"]
+    held = _per_device({"a": tied["a"], "c": tied["c"]})  # what the devices hold
+    order = list(mesh24.devices.flat)
+    assert view.device_memory(leaves) == [held[d.id] for d in order] == [96 + 48] * 8
+    page = view.html(tied)
+    assert page.count('<span class="mono">device ') == 8
+    assert "memory per device (2 sharded arrays)" in page and page.count(">144 B<") == 8
+    e = sh.explain(_tree(), mesh24, RULES)
+    plan = view.sharding_html(e, title="plan")
+    assert plan.count('<svg class="grid"') == len(e.rows) == 6
+    per = 96 + 2 * 48 + 2 * 24 + 4
+    assert set(e.bytes_per_device.values()) == {per} and plan.count(f">{per} B<") == 8
+    assert "P(&#x27;model&#x27;, None) over data=2 model=4" in plan
+
+
 def test_fsdp_keeps_about_one_copy(mesh24: Any) -> None:
     from spruce.models import minilm
 

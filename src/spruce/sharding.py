@@ -542,13 +542,19 @@ class Explanation:
         each device of the mesh.
       unmatched: the patterns of the rules that matched no leaf.
       total_bytes: the bytes of one copy of the tree's arrays.
+      mesh: the ``jax.sharding.Mesh``.
+
+    ``spruce.view.sharding_html(explanation)`` draws it (device grids and memory bars).
     """
 
-    def __init__(self, rows: list[Row], bytes_per_device: dict[int, int], unmatched: list[str], total_bytes: int) -> None:
+    def __init__(
+        self, rows: list[Row], bytes_per_device: dict[int, int], unmatched: list[str], total_bytes: int, mesh: Any = None
+    ) -> None:
         self.rows = rows
         self.bytes_per_device = bytes_per_device
         self.unmatched = unmatched
         self.total_bytes = total_bytes
+        self.mesh = mesh
 
     def __repr__(self) -> str:
         return f"<Explanation: {len(self.rows)} arrays, {len(self.bytes_per_device)} devices>"
@@ -627,4 +633,4 @@ def explain(tree: Any, mesh: Any, rules: Rules) -> Explanation:
         shard_bytes = itemsize * (int(np.prod(sharding.shard_shape(shape), dtype=np.int64)) if shape else 1)
         rows.append(Row(name, shape, str(_placed_dtype(x.dtype)), rules.rules[i][0] if i >= 0 else "", spec, shard_bytes, len(indices) // max(1, len(distinct))))
     unmatched = [p for j, (p, _) in enumerate(rules.rules) if j not in res.used]
-    return Explanation(rows, per, unmatched, total)
+    return Explanation(rows, per, unmatched, total, mesh)
