@@ -296,6 +296,29 @@ def test_reusing_a_donated_argument_names_it() -> None:
         f(jnp.zeros(2))
 
 
+def test_filter_shard_on_one_device() -> None:
+    from jax.sharding import PartitionSpec, SingleDeviceSharding
+
+    dev = jax.devices()[0]
+    tree = {"w": np.arange(6.0, dtype=np.float32).reshape(2, 3), "cfg": ("relu", 3), "b": [jnp.ones(2)]}
+    out = sjax.filter_shard(tree, dev)
+    assert isinstance(out["w"], jax.Array) and out["w"].sharding == SingleDeviceSharding(dev)
+    np.testing.assert_array_equal(np.asarray(out["w"]), tree["w"])
+    assert out["cfg"] == ("relu", 3)
+    part = sjax.filter_shard(tree, {"w": None, "cfg": None, "b": SingleDeviceSharding(dev)})
+    assert part["w"] is tree["w"] and part["b"][0].sharding == SingleDeviceSharding(dev)
+    traced = jax.jit(lambda t: sjax.filter_shard(t, SingleDeviceSharding(dev)))({"w": tree["w"]})
+    np.testing.assert_array_equal(np.asarray(traced["w"]), tree["w"])
+    with pytest.raises(ValueError, match=r"^filter_shard: the shardings must be .*; at key path \['b'\]: expected a tuple of length 2, got a list of length 1"):
+        sjax.filter_shard(tree, {"w": None, "cfg": None, "b": (dev, dev)})
+    with pytest.raises(TypeError, match=r"^filter_shard: the sharding at key path \['w'\] must be a jax.sharding.Sharding, a jax.Device or None, got P"):
+        sjax.filter_shard(tree, {"w": PartitionSpec(), "cfg": None, "b": None})
+    with pytest.raises(TypeError, match=r"the sharding at key path <root> must be .* got str"):
+        sjax.filter_shard(tree, "cpu")
+    with pytest.raises(ValueError, match=r"^filter_jit\(_loss\): in_shardings: the shardings must be .*at key path args: expected a tuple of length 3, got a tuple of length 2"):
+        sjax.filter_jit(_loss, in_shardings=(dev, dev, dev))(jnp.ones(2), jnp.ones(2))
+
+
 def test_other_errors_at_the_call_pass_through() -> None:
     def bad(x: Any) -> Any:
         raise ValueError("from the function")

@@ -646,7 +646,10 @@ def _compile(
             except _Restructure:
                 return slow(tuple(key), args, kwargs, dyn)
         except (ValueError, RuntimeError) as err:  # (free unless raised)
-            better = _call_error(err, args, kwargs, kept)
+            try:
+                better = _call_error(err, args, kwargs, kept)
+            except Exception:  # noqa: BLE001 - explaining failed: the original error stands
+                better = None
             if better is None:
                 raise
             raise better from err
@@ -841,6 +844,11 @@ def filter_jit(
     [3.0, 3.0]
     >>> f.lower(jnp.ones(2), 3).compile()(jnp.ones(2)).tolist()
     [3.0, 3.0]
+    >>> one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    >>> g = filter_jit(lambda p, n: p['w'] * n, in_shardings=({'w': one}, None), out_shardings=one)
+    >>> y = g({'w': jnp.ones(2)}, 3)
+    >>> y.tolist(), y.sharding == one
+    ([3.0, 3.0], True)
     """
     for name in jit_kwargs:
         if name in _POSITIONAL_JIT_OPTIONS:
