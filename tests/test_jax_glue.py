@@ -307,6 +307,8 @@ def test_filter_shard_on_one_device() -> None:
     assert out["cfg"] == ("relu", 3)
     part = sjax.filter_shard(tree, {"w": None, "cfg": None, "b": SingleDeviceSharding(dev)})
     assert part["w"] is tree["w"] and part["b"][0].sharding == SingleDeviceSharding(dev)
+    abstract = sjax.filter_shard({"w": jax.ShapeDtypeStruct((2, 3), jnp.float32), "n": 1}, dev)
+    assert abstract["w"].sharding == SingleDeviceSharding(dev) and abstract["w"].shape == (2, 3) and abstract["n"] == 1
     traced = jax.jit(lambda t: sjax.filter_shard(t, SingleDeviceSharding(dev)))({"w": tree["w"]})
     np.testing.assert_array_equal(np.asarray(traced["w"]), tree["w"])
     with pytest.raises(ValueError, match=r"^filter_shard: the shardings must be .*; at key path \['b'\]: expected a tuple of length 2, got a list of length 1"):

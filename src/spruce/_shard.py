@@ -9,7 +9,7 @@ naming the key path.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import jax
 from jax.sharding import PartitionSpec, Sharding, SingleDeviceSharding
@@ -81,6 +81,10 @@ def leaf_shardings(shardings: Any, tree: Any, what: str, name: str = "") -> list
     return [b.sharding for b in _tree.leaves(full, is_leaf=_is_box)]
 
 
+_constrain: Any = jax.lax.with_sharding_constraint  # (both untyped in jax's stubs)
+_abstract: Any = jax.ShapeDtypeStruct
+
+
 def filter_shard(x: Any, device_or_shardings: Any) -> Any:
     """Place the array leaves of ``x``: ``jax.device_put`` outside a trace, and
     ``jax.lax.with_sharding_constraint`` on traced leaves (inside ``jax.jit`` /
@@ -96,7 +100,8 @@ def filter_shard(x: Any, device_or_shardings: Any) -> Any:
 
     Returns:
       A tree of the same structure: array leaves as ``jax.Array``s on their shardings (NumPy
-      arrays are copied to the devices, each receiving only its slice), or constrained tracers.
+      arrays are copied to the devices, each receiving only its slice), or constrained tracers;
+      a ``jax.ShapeDtypeStruct`` leaf gets the sharding as its own (an abstract placement).
 
     Raises:
       TypeError: an entry that is not a Sharding, Device or None (naming its key path).
@@ -114,23 +119,36 @@ def filter_shard(x: Any, device_or_shardings: Any) -> Any:
     """
     leaves, treedef = _tree.flatten(x)
     placements = leaf_shardings(device_or_shardings, x, "filter_shard")
-    paths: list[Any] | None = None
+
+    def where(i: int) -> str:
+        path = _tree.leaves_with_path(x)[i][0]
+        return f"key path {_tree.keystr(path)}" if path else "the root leaf"
+
+    return treedef.unflatten(place(leaves, placements, "filter_shard", where))
+
+
+def place(leaves: list[Any], placements: list[Any], what: str, where: Callable[[int], str]) -> list[Any]:
+    """Each array leaf on its sharding (None: left as it is): ``jax.device_put``, or
+    ``with_sharding_constraint`` for a tracer; a ``jax.ShapeDtypeStruct`` gets the sharding as
+    its own.  Other leaves pass through.  ``where(i)`` names leaf ``i`` in errors.
+
+    Raises:
+      ValueError: a sharding does not fit its array ("{what}: the leaf at {where(i)} ...").
+    """
     out = []
     for i, (leaf, s) in enumerate(zip(leaves, placements)):
-        if s is None or not is_array(leaf):
+        if s is None:
             out.append(leaf)
-            continue
-        try:
-            if isinstance(leaf, jax.core.Tracer):
-                out.append(jax.lax.with_sharding_constraint(leaf, s))
-            else:
-                out.append(jax.device_put(leaf, s))
-        except (ValueError, TypeError) as err:
-            if paths is None:
-                paths = [p for p, _ in _tree.leaves_with_path(x)]
-            where = _tree.keystr(paths[i]) if paths[i] else "<root>"
-            raise ValueError(
-                f"filter_shard: the leaf at key path {where} (shape {tuple(leaf.shape)}, "
-                f"{leaf.dtype}) does not fit its sharding {s}: {type(err).__name__}: {err}"
-            ) from err
-    return treedef.unflatten(out)
+        elif isinstance(leaf, jax.ShapeDtypeStruct):
+            out.append(_abstract(leaf.shape, leaf.dtype, sharding=s))
+        elif not is_array(leaf):
+            out.append(leaf)
+        else:
+            try:
+                out.append(_constrain(leaf, s) if isinstance(leaf, jax.core.Tracer) else jax.device_put(leaf, s))
+            except (ValueError, TypeError) as err:
+                raise ValueError(
+                    f"{what}: the leaf at {where(i)} (shape {tuple(leaf.shape)}, {leaf.dtype}) does not "
+                    f"fit its sharding {s}: {type(err).__name__}: {err}"
+                ) from err
+    return out

@@ -496,23 +496,14 @@ def shard(tree: Any, mesh: Any, rules: Rules) -> Any:
     Raises:
       ShardingError: as ``specs``.
     """
-    import jax as jax_module
     from jax.sharding import NamedSharding
 
-    jax: Any = jax_module  # with_sharding_constraint and ShapeDtypeStruct are untyped in its stubs
+    from ._shard import place
+
     leaves, treedef = _tree.flatten(tree)
     res = _resolve_tree(leaves, treedef, tree, rules, mesh)
-    out = []
-    for x, spec in zip(leaves, res.specs):
-        if spec is None:
-            out.append(x)
-        elif isinstance(x, jax.core.Tracer):
-            out.append(jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec)))
-        elif isinstance(x, jax.ShapeDtypeStruct):
-            out.append(jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, spec)))
-        else:
-            out.append(jax.device_put(x, NamedSharding(mesh, spec)))
-    return treedef.unflatten(out)
+    placements = [None if spec is None else NamedSharding(mesh, spec) for spec in res.specs]
+    return treedef.unflatten(place(leaves, placements, "shard", lambda i: f"key path {res.names[i]!r}"))
 
 
 # -- explain -----------------------------------------------------------------------------------------
