@@ -317,6 +317,16 @@ def test_filter_shard_on_one_device() -> None:
         sjax.filter_shard(tree, {"w": PartitionSpec(), "cfg": None, "b": None})
     with pytest.raises(TypeError, match=r"the sharding at key path <root> must be .* got str"):
         sjax.filter_shard(tree, "cpu")
+    # filter_jit on one device: a decorator factory, a list of per-argument entries
+    one = SingleDeviceSharding(dev)
+
+    @sjax.filter_jit(in_shardings=[{"w": one, "cfg": None, "b": None}, None], out_shardings=one)
+    def scaled(t: Any, n: int) -> Any:
+        return t["w"] * n + t["b"][0].sum()
+
+    y = scaled(tree, 2)
+    assert y.sharding == one
+    np.testing.assert_array_equal(np.asarray(y), tree["w"] * 2 + 2.0)
     with pytest.raises(ValueError, match=r"^filter_jit\(_loss\): in_shardings: the shardings must be .*at key path args: expected a tuple of length 3, got a tuple of length 2"):
         sjax.filter_jit(_loss, in_shardings=(dev, dev, dev))(jnp.ones(2), jnp.ones(2))
 

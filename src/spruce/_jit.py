@@ -861,7 +861,8 @@ def filter_jit(
     if fun is None:
         return lambda f: filter_jit(f, donate=donate, in_shardings=in_shardings, out_shardings=out_shardings, **jit_kwargs)
     if in_shardings is not None:
-        jit_kwargs["in_shardings"] = in_shardings
+        # (one entry per positional argument: a list is taken as jax.jit takes it, as a tuple)
+        jit_kwargs["in_shardings"] = tuple(in_shardings) if type(in_shardings) is list else in_shardings
     if out_shardings is not None:
         jit_kwargs["out_shardings"] = out_shardings
     if not callable(fun):
