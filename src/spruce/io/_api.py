@@ -434,8 +434,11 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
         becomes a ``jax.Array`` built with ``jax.make_array_from_callback``, each device
         reading only the bytes of its own slice from the memory map (a sharded directory's
         pieces are read only where they overlap that slice).  Any mesh works, whatever the
-        layout at save time.  Without it, a ``jax.Array`` leaf of ``like`` gives its own
-        sharding, and other leaves load as NumPy arrays.
+        layout at save time.  Each block is copied out of the map and the pages it came from
+        are released, so placing a checkpoint holds the placed arrays, not also the file's
+        pages.  A ``jax.Device`` entry means a ``SingleDeviceSharding``.  Without it, a
+        ``jax.Array`` leaf of ``like`` gives its own sharding, and other leaves load as NumPy
+        arrays.
       dtype: None (default): dtypes must match exactly.  A dtype (``jnp.float32``,
         ``'bfloat16'``): every floating-point tensor is cast to it (integer and bool tensors
         are not).  ``'like'``: floating-point tensors are cast to the dtype of the floating
@@ -455,6 +458,8 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
         are missing or unexpected; the message lists the dotted names.
       ValueError: ``rename`` maps two entries to one name; ``shardings`` is not a prefix of
         the tree (naming the key path); ``dtype='like'`` without ``like`` or ``shardings``.
+      TypeError: an entry of ``shardings`` that is not a Sharding, a Device or None (naming
+        its key path).
       spruce.sharding.ShardingError: (a ValueError) a sharding does not fit its tensor (a
         spec longer than the rank, a dimension the mesh axes do not divide), naming the key
         path, the shape and the spec.
