@@ -338,6 +338,23 @@ def test_detached_regions_release_the_mapping_and_stay_exact(tmp_path: Any) -> N
             np.testing.assert_array_equal(reader.region("b", (slice(1, 3),), detach=True), [1, 2])
 
 
+def test_load_shardings_entries_devices_and_bad_entries(tmp_path: Any) -> None:
+    import jax
+    from jax.sharding import SingleDeviceSharding
+
+    path = str(tmp_path / "t.safetensors")
+    tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(3, np.float32)}
+    sio.save(path, tree)
+    dev = jax.devices()[0]
+    got = sio.load(path, tree, shardings={"w": dev, "b": None})
+    assert got["w"].sharding == SingleDeviceSharding(dev) and isinstance(got["b"], np.ndarray)
+    np.testing.assert_array_equal(np.asarray(got["w"]), tree["w"])
+    with pytest.raises(TypeError, match=r"^load: the sharding at key path like\['w'\] must be a jax.sharding.Sharding, a jax.Device or None, got str"):
+        sio.load(path, tree, shardings={"w": "cpu", "b": None})
+    with pytest.raises(TypeError, match=r"key path like\['b'\] .* got P \(a PartitionSpec needs a mesh"):
+        sio.load(path, tree, shardings={"w": None, "b": P()})
+
+
 def test_mmap_false_copies(tmp_path: Any) -> None:
     for path in (str(tmp_path / "a.safetensors"), str(tmp_path / "d")):
         save = sio.save_sharded if path.endswith("d") else sio.save
