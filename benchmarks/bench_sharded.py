@@ -22,8 +22,8 @@ interleaved:
 Time is wall-clock of the one call (median over rounds); memory is the peak resident set size
 during the call minus the size just before it, sampled every millisecond from
 /proc/self/statm (Linux).  Also timed: ``spruce.sharding.specs`` on a 10,000-leaf tree, first
-call and cached.  The machine these figures come from is shared and noisy: compare rows of
-one run, not runs.
+call and cached, beside ``jax.tree.map`` on the same tree (``--specs-only`` runs just that).
+The machine these figures come from is shared and noisy: compare rows of one run, not runs.
 """
 
 from __future__ import annotations
@@ -106,11 +106,18 @@ def _run(op: str) -> dict[str, float] | None:
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def _specs_timing() -> tuple[float, float]:
+def _specs_timing(rounds: int = 15) -> dict[str, float]:
+    """Milliseconds (median of ``rounds``) of ``spruce.sharding.specs`` on a 10,000-leaf tree:
+    the first call (every name matched against the rules) and cached calls, beside a
+    ``jax.tree.map`` and a spruce flatten + unflatten of the same tree, timed in the same
+    rounds (a cached call cannot be cheaper than one walk to read the structure and one to
+    build the result)."""
+    import jax
     import numpy as np
     from jax.sharding import PartitionSpec as P
 
     import spruce.sharding as sh
+    import spruce.tree as st
 
     tree = {f"layer{i}": {"w": np.zeros((8, 4), np.float32)} for i in range(10_000)}
     rules = sh.Rules([("*.w", P("m")), ("**", None)])
@@ -118,18 +125,36 @@ def _specs_timing() -> tuple[float, float]:
     t0 = time.perf_counter()
     sh.specs(tree, rules, mesh=mesh)
     first = time.perf_counter() - t0
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        sh.specs(tree, rules, mesh=mesh)
-        times.append(time.perf_counter() - t0)
-    return first, statistics.median(times)
+
+    def roundtrip() -> None:
+        leaves, treedef = st.flatten(tree)
+        treedef.unflatten(leaves)
+
+    contenders = {
+        "cached": lambda: sh.specs(tree, rules, mesh=mesh),
+        "jax.tree.map": lambda: jax.tree.map(lambda x: x, tree),
+        "flatten + unflatten": roundtrip,
+    }
+    times: dict[str, list[float]] = {k: [] for k in contenders}
+    for _ in range(rounds):
+        for name, f in contenders.items():
+            t0 = time.perf_counter()
+            f()
+            times[name].append(time.perf_counter() - t0)
+    out = {"first": first * 1e3}
+    out.update({k: statistics.median(v) * 1e3 for k, v in times.items()})
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--specs-only", action="store_true", help="only time spruce.sharding.specs")
     args = parser.parse_args()
+    if args.specs_only:
+        t = _specs_timing()
+        print(", ".join(f"{k}: {v:.1f} ms" for k, v in t.items()))
+        return
     try:
         import orbax.checkpoint as ocp  # noqa: F401
 
@@ -158,9 +183,13 @@ def main() -> None:
         t = statistics.median(r["seconds"] for r in rows)
         m = max(r["peak_extra"] for r in rows) / 2**20
         print(f"| {op} | {t:.3f} | {m:.1f} |")
-    first, cached = _specs_timing()
+    t = _specs_timing()
     print()
-    print(f"spruce.sharding.specs on a 10,000-leaf tree: {first * 1e3:.1f} ms first call, {cached * 1e3:.1f} ms cached")
+    print(
+        f"spruce.sharding.specs on a 10,000-leaf tree: {t['first']:.1f} ms first call, {t['cached']:.1f} ms "
+        f"cached; same rounds: jax.tree.map {t['jax.tree.map']:.1f} ms, spruce flatten + unflatten "
+        f"{t['flatten + unflatten']:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

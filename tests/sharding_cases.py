@@ -183,6 +183,151 @@ def test_shard_inside_jit(mesh24: Any) -> None:
     np.testing.assert_array_equal(out["embed"], _tree()["embed"] * 2)
 
 
+# -- spruce.jax.filter_shard and filter_jit(in_shardings=, out_shardings=) ----------------------------
+
+
+def test_filter_shard_places_arrays_and_passes_the_rest(mesh24: Any) -> None:
+    from spruce.jax import filter_shard
+
+    tree = _tree()
+    placements = sh.shardings(tree, mesh24, RULES)  # None for the int and str leaves: a fit
+    out = filter_shard(tree, placements)
+    _equal_trees(jax.tree.map(np.asarray, out), jax.tree.map(np.asarray, tree))
+    assert out["embed"].sharding == NamedSharding(mesh24, P("model", None))
+    assert out["layers"][1]["attn"]["query_proj"].kernel.addressable_shards[0].data.shape == (2, 6)
+    assert out["step"] == 7 and out["name"] == "tiny"
+    # one sharding for everything, a prefix with None (left alone), and a Device
+    whole = filter_shard(tree, NamedSharding(mesh24, P()))
+    assert all(x.sharding.spec == P() for x in jax.tree.leaves(whole) if isinstance(x, jax.Array))
+    prefix = filter_shard(tree, {"embed": NamedSharding(mesh24, P(None, None)), "layers": None, "scale": None, "step": None, "name": None})
+    assert isinstance(prefix["embed"], jax.Array) and isinstance(prefix["layers"][0]["attn"]["query_proj"].kernel, np.ndarray)
+    dev = jax.devices()[5]
+    one = filter_shard(tree, dev)
+    assert one["embed"].sharding == SingleDeviceSharding(dev) and one["embed"].devices() == {dev}
+    # under a trace: a constraint, which decides the output's sharding
+    traced = jax.jit(lambda t: filter_shard(jax.tree.map(lambda x: x + 1, t), {**placements, "name": None}))
+    got = traced({**tree, "name": None})  # (a str cannot enter jax.jit; None is an empty node)
+    assert got["embed"].sharding.is_equivalent_to(NamedSharding(mesh24, P("model", None)), 2)
+    np.testing.assert_array_equal(got["embed"], tree["embed"] + 1)
+
+
+def test_filter_shard_bad_shardings_name_the_key_path(mesh24: Any) -> None:
+    from spruce.jax import filter_shard
+
+    tree = {"w": np.ones((6, 4), np.float32), "b": [np.ones(4, np.float32)]}
+    with pytest.raises(ValueError, match=r"^filter_shard: the leaf at key path \['w'\] \(shape \(6, 4\), float32\) does not fit its sharding .*spec=P\('model',\)"):
+        filter_shard(tree, {"w": NamedSharding(mesh24, P("model")), "b": None})  # 6 % 4
+    with pytest.raises(ValueError, match=r"filter_shard: the shardings must be .* prefix .*; at key path \['b'\]: expected a tuple of length 1, got a list of length 1"):
+        filter_shard(tree, {"w": None, "b": (None,)})
+    with pytest.raises(ValueError, match=r"at key path <root>: expected a dict with keys \['w'\], got a dict with keys \['b', 'w'\]; extra key\(s\) \['b'\]"):
+        filter_shard(tree, {"w": None})
+    with pytest.raises(TypeError, match=r"^filter_shard: the sharding at key path \['b'\]\[0\] must be a jax.sharding.Sharding, a jax.Device or None, got P .*NamedSharding\(mesh, spec\)"):
+        filter_shard(tree, {"w": None, "b": [P("model")]})
+
+
+def _step_fn(params: Any, x: Any, *, lr: float = 0.5) -> Any:
+    y = jnp.tanh(x @ params["w"]) + params["b"]
+    loss = jnp.mean(y**2)
+    new = {"w": params["w"] - lr * params["w"] * loss, "b": params["b"] * (1 - lr), "act": params["act"]}
+    return new, {"loss": loss, "y": y, "note": "step"}
+
+
+def _step_inputs() -> tuple[Any, Any]:
+    rng = np.random.default_rng(0)
+    params = {"w": rng.normal(size=(16, 8)).astype(np.float32), "b": rng.normal(size=(8,)).astype(np.float32), "act": "tanh"}
+    return params, rng.normal(size=(4, 16)).astype(np.float32)
+
+
+def test_filter_jit_in_and_out_shardings(mesh24: Any) -> None:
+    from spruce.jax import filter_jit
+
+    def S(*entries: Any) -> Any:
+        return NamedSharding(mesh24, P(*entries))
+
+    params, x = _step_inputs()
+    plain_new, plain_aux = filter_jit(_step_fn)(params, x)
+    f = filter_jit(
+        _step_fn,
+        in_shardings=({"w": S(None, "model"), "b": S("model"), "act": S()}, S("data")),  # "act" is static: ignored
+        out_shardings=({"w": S("model", None), "b": None, "act": None}, {"loss": S(), "y": S("data", "model"), "note": S()}),
+    )
+    for _ in range(2):  # the first call compiles, the second takes the cached entry
+        new, aux = f(params, x)
+        for a, b in [(new["w"], plain_new["w"]), (new["b"], plain_new["b"]), (aux["loss"], plain_aux["loss"]), (aux["y"], plain_aux["y"])]:
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # bit-identical to the unsharded call
+        assert new["act"] == "tanh" and aux["note"] == "step"
+        assert new["w"].sharding == S("model", None) and new["w"].addressable_shards[0].data.shape == (4, 8)
+        assert aux["y"].sharding == S("data", "model") and aux["y"].addressable_shards[0].data.shape == (2, 2)
+        assert aux["loss"].sharding.is_fully_replicated
+    # the inputs were placed as asked: what the compiled function expects
+    shardings = f.lower(params, x).compile().input_shardings[0]
+    assert [s.spec for s in shardings] == [P("model"), P(None, "model"), P("data")]  # b, w, x (flatten order)
+    # one sharding for every argument, and for the whole output; a bare-array output
+    rep = filter_jit(_step_fn, in_shardings=S(), out_shardings=S())
+    new, aux = rep(params, x)
+    assert all(a.sharding == S() for a in jax.tree.leaves((new, aux)) if isinstance(a, jax.Array))
+    np.testing.assert_array_equal(np.asarray(new["w"]), np.asarray(plain_new["w"]))
+    bare = filter_jit(lambda a, n: a * n, in_shardings=(S("model"), None), out_shardings=S("data"))
+    out = bare(np.arange(8.0, dtype=np.float32), 3)
+    assert out.sharding == S("data") and out.tolist() == [3.0 * i for i in range(8)]
+    # a Module as the function: its own arrays are not constrained; in_shardings are the call's
+    from spruce import nn
+
+    lin = nn.Linear(16, 8, key=jax.random.key(0))
+    g = filter_jit(lin, in_shardings=S("model"), out_shardings=S("data"))
+    y = g(jnp.asarray(x[0]))
+    assert y.sharding == S("data")
+    np.testing.assert_allclose(np.asarray(y), np.asarray(lin(jnp.asarray(x[0]))), rtol=1e-6, atol=1e-6)
+
+
+def test_filter_jit_bad_shardings_name_the_key_path(mesh24: Any) -> None:
+    from spruce.jax import filter_jit
+
+    S = NamedSharding(mesh24, P())
+    params, x = _step_inputs()
+    with pytest.raises(ValueError, match=r"^filter_jit\(_step_fn\): in_shardings: the shardings must be .*; at key path args: expected a tuple of length 1, got a tuple of length 2"):
+        filter_jit(_step_fn, in_shardings=({"w": S},))(params, x)
+    with pytest.raises(ValueError, match=r"in_shardings: .*at key path args\[0\]: expected a dict with keys \['w'\], got a dict with keys \['act', 'b', 'w'\]"):
+        filter_jit(_step_fn, in_shardings=({"w": S}, None))(params, x)
+    with pytest.raises(ValueError, match=r"^filter_jit\(_step_fn\): out_shardings: .*at key path output\[1\]: expected a tuple of length 2, got a dict"):
+        filter_jit(_step_fn, out_shardings=(None, (S, S)))(params, x)
+    with pytest.raises(TypeError, match=r"in_shardings: the sharding at key path args\[1\] must be a jax.sharding.Sharding, a jax.Device or None, got P"):
+        filter_jit(_step_fn, in_shardings=(None, P("data")))(params, x)
+    # a sharding that does not fit its argument: JAX's error, with the argument's key path
+    with pytest.raises(ValueError, match=r"^filter_jit: argument args\[1\]: One of pjit arguments is incompatible with its sharding .* rank at least 3"):
+        filter_jit(_step_fn, in_shardings=(None, NamedSharding(mesh24, P("model", "data", None))))(params, x)
+    with pytest.raises(ValueError, match=r"^filter_jit: argument args\[0\]\['w'\]: One of pjit arguments is incompatible"):
+        filter_jit(_step_fn, in_shardings=({"w": NamedSharding(mesh24, P("model", "data", None)), "b": None, "act": None}, None))(params, x)
+    # an argument committed to another sharding than in_shardings asks: JAX's error, named
+    placed = jax.device_put(x, NamedSharding(mesh24, P("model")))
+    with pytest.raises(ValueError, match=r"^filter_jit: argument args\[1\] is committed to a sharding other than its in_shardings entry .*does not match the sharding"):
+        filter_jit(_step_fn, in_shardings=(None, NamedSharding(mesh24, P("data"))))(params, placed)
+
+
+def test_view_counts_a_tied_array_once_and_draws_explain(mesh24: Any) -> None:
+    """spruce.view's sharding records: an array held at two paths is held once by the devices,
+    so it is one record and its bytes count once; and explain's report draws as a page whose
+    memory bars are explain's exact bytes per device."""
+    import spruce.view as view
+
+    placed = sh.shard(_tree(), mesh24, RULES)
+    tied = {"a": placed["embed"], "b": placed["embed"], "c": placed["layers"][0]["attn"]["query_proj"].kernel}
+    leaves = view.sharding_leaves(tied)
+    assert [x.path for x in leaves] == ["a", "c"]
+    held = _per_device({"a": tied["a"], "c": tied["c"]})  # what the devices hold
+    order = list(mesh24.devices.flat)
+    assert view.device_memory(leaves) == [held[d.id] for d in order] == [96 + 48] * 8
+    page = view.html(tied)
+    assert page.count('<span class="mono">device ') == 8
+    assert "memory per device (2 sharded arrays)" in page and page.count(">144 B<") == 8
+    e = sh.explain(_tree(), mesh24, RULES)
+    plan = view.sharding_html(e, title="plan")
+    assert plan.count('<svg class="grid"') == len(e.rows) == 6
+    per = 96 + 2 * 48 + 2 * 24 + 4
+    assert set(e.bytes_per_device.values()) == {per} and plan.count(f">{per} B<") == 8
+    assert "P(&#x27;model&#x27;, None) over data=2 model=4" in plan
+
+
 def test_fsdp_keeps_about_one_copy(mesh24: Any) -> None:
     from spruce.models import minilm
 
@@ -278,7 +423,7 @@ def test_restore_onto_other_meshes(tmp_path: Any, mesh24: Any, mesh8: Any) -> No
     prefix = {"embed": NamedSharding(mesh8, P("x")), "layers": None, "scale": None, "step": None, "name": None}
     mixed = sio.load(d, like, shardings=prefix)
     assert isinstance(mixed["embed"], jax.Array) and isinstance(mixed["layers"][0]["attn"]["query_proj"].kernel, np.ndarray)
-    with pytest.raises(ValueError, match=r"shardings must be a tree of Shardings matching like or a prefix of it"):
+    with pytest.raises(ValueError, match=r"load: the shardings must be .* a prefix of the structure of like; at key path like: expected a dict with keys \['embed'\]"):
         sio.load(d, like, shardings={"embed": one})
 
 
@@ -307,9 +452,11 @@ def test_each_device_reads_only_its_block(tmp_path: Any, mesh24: Any, mesh8: Any
     seen: list[tuple[str, tuple[tuple[int, int], ...]]] = []
     region = _sharded.Reader.region
 
-    def spy(self: Any, name: str, index: Any) -> Any:
-        out = region(self, name, index)
-        seen.append((name, tuple((s.start, s.stop) for s in index)))
+    def spy(self: Any, name: str, index: Any, detach: bool = False) -> Any:
+        out = region(self, name, index, detach)
+        if name == "embed":  # placed: a copy, not a view of the mapping
+            assert detach and not any(np.shares_memory(out, self._view(s)) for s in self.index.slices[name])
+            seen.append((name, tuple((s.start, s.stop) for s in index)))
         return out
 
     monkeypatch.setattr(_sharded.Reader, "region", spy)

@@ -198,7 +198,7 @@ def test_filter_jit_passes_any_keyword_through() -> None:
 
 @pytest.mark.parametrize(
     "option",
-    ["static_argnums", "static_argnames", "donate_argnums", "donate_argnames", "in_shardings", "out_shardings"],
+    ["static_argnums", "static_argnames", "donate_argnums", "donate_argnames"],
 )
 def test_filter_jit_refuses_options_that_count_positions(option: str) -> None:
     with pytest.raises(TypeError, match=f"filter_jit does not take {option}=: jax.jit would apply it"):
@@ -256,6 +256,89 @@ def test_filter_jit_donation_with_a_module_as_the_function() -> None:
         out = sjax.filter_jit(m, donate=donate)(a, b)
         np.testing.assert_allclose(out[0], [1.0, 1.0])
         assert [m.s.is_deleted(), a.is_deleted(), b.is_deleted()] == deleted
+
+
+def test_reusing_a_donated_argument_names_it() -> None:
+    step = sjax.filter_jit(_step, donate="all-except-first")
+    params, grads = _fresh()
+    out, _ = step(params, grads, 0.5)
+    with pytest.raises(RuntimeError, match=r"filter_jit: argument args\[1\]\['b'\] \(a float32\[3\] array\) has been "
+                       r"deleted: it was donated to an earlier call .* Pass that call's output instead"):
+        step(out, grads, 0.5)
+    assert not any(a.is_deleted() for a in st.leaves(out))  # the failed call donated nothing
+    # a keyword argument, and a plain array argument (JAX's direct path is not taken with donation)
+    kw = sjax.filter_jit(lambda p, *, g: (p + g, g * 2), donate="all")  # (an output per buffer)
+    p, g = jnp.ones(2), jnp.ones(2)
+    np.testing.assert_allclose(kw(p, g=g)[0], [2.0, 2.0])
+    assert p.is_deleted() and g.is_deleted()
+    with pytest.raises(RuntimeError, match=r"keyword argument g \(a float32\[2\] array\) has been deleted"):
+        kw(jnp.ones(2), g=g)
+    with pytest.raises(RuntimeError, match=r"argument args\[0\] \(a float32\[2\] array\) has been deleted"):
+        kw(p, g=jnp.ones(2))
+    # an array deleted by hand, without donation, on the direct path (all arguments arrays)
+    plain = sjax.filter_jit(lambda a, b: a * b)
+    a = jnp.arange(3.0)
+    np.testing.assert_allclose(plain(a, a), [0.0, 1.0, 4.0])
+    a.delete()
+    with pytest.raises(RuntimeError, match=r"argument args\[0\] \(a float32\[3\] array\) has been deleted"):
+        plain(a, jnp.ones(3))
+    # the function's own Module, donated with donate='all'
+    class Shift(spruce.Module):
+        s: jax.Array
+
+        def __call__(self, a: Any) -> Any:
+            return a + self.s
+
+    m = Shift(jnp.ones(2))
+    f = sjax.filter_jit(m, donate="all")
+    f(jnp.zeros(2))
+    with pytest.raises(RuntimeError, match=r"the array at \.s of the function's own Module \(a float32\[2\] array\)"):
+        f(jnp.zeros(2))
+
+
+def test_filter_shard_on_one_device() -> None:
+    from jax.sharding import PartitionSpec, SingleDeviceSharding
+
+    dev = jax.devices()[0]
+    tree = {"w": np.arange(6.0, dtype=np.float32).reshape(2, 3), "cfg": ("relu", 3), "b": [jnp.ones(2)]}
+    out = sjax.filter_shard(tree, dev)
+    assert isinstance(out["w"], jax.Array) and out["w"].sharding == SingleDeviceSharding(dev)
+    np.testing.assert_array_equal(np.asarray(out["w"]), tree["w"])
+    assert out["cfg"] == ("relu", 3)
+    part = sjax.filter_shard(tree, {"w": None, "cfg": None, "b": SingleDeviceSharding(dev)})
+    assert part["w"] is tree["w"] and part["b"][0].sharding == SingleDeviceSharding(dev)
+    abstract = sjax.filter_shard({"w": jax.ShapeDtypeStruct((2, 3), jnp.float32), "n": 1}, dev)
+    assert abstract["w"].sharding == SingleDeviceSharding(dev) and abstract["w"].shape == (2, 3) and abstract["n"] == 1
+    traced = jax.jit(lambda t: sjax.filter_shard(t, SingleDeviceSharding(dev)))({"w": tree["w"]})
+    np.testing.assert_array_equal(np.asarray(traced["w"]), tree["w"])
+    with pytest.raises(ValueError, match=r"^filter_shard: the shardings must be .*; at key path \['b'\]: expected a tuple of length 2, got a list of length 1"):
+        sjax.filter_shard(tree, {"w": None, "cfg": None, "b": (dev, dev)})
+    with pytest.raises(TypeError, match=r"^filter_shard: the sharding at key path \['w'\] must be a jax.sharding.Sharding, a jax.Device or None, got P"):
+        sjax.filter_shard(tree, {"w": PartitionSpec(), "cfg": None, "b": None})
+    with pytest.raises(TypeError, match=r"the sharding at key path <root> must be .* got str"):
+        sjax.filter_shard(tree, "cpu")
+    # filter_jit on one device: a decorator factory, a list of per-argument entries
+    one = SingleDeviceSharding(dev)
+
+    @sjax.filter_jit(in_shardings=[{"w": one, "cfg": None, "b": None}, None], out_shardings=one)
+    def scaled(t: Any, n: int) -> Any:
+        return t["w"] * n + t["b"][0].sum()
+
+    y = scaled(tree, 2)
+    assert y.sharding == one
+    np.testing.assert_array_equal(np.asarray(y), tree["w"] * 2 + 2.0)
+    with pytest.raises(ValueError, match=r"^filter_jit\(_loss\): in_shardings: the shardings must be .*at key path args: expected a tuple of length 3, got a tuple of length 2"):
+        sjax.filter_jit(_loss, in_shardings=(dev, dev, dev))(jnp.ones(2), jnp.ones(2))
+
+
+def test_other_errors_at_the_call_pass_through() -> None:
+    def bad(x: Any) -> Any:
+        raise ValueError("from the function")
+
+    with pytest.raises(ValueError, match="from the function"):
+        sjax.filter_jit(bad)(jnp.ones(2))
+    with pytest.raises(ValueError, match="from the function"):
+        sjax.filter_jit(bad, donate="all")({"x": jnp.ones(2)})
 
 
 # ----------------------------------------------- tree_at: static fields and the frozen advice

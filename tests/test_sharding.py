@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -153,6 +154,17 @@ def test_specs_cache_sees_new_shapes() -> None:
     assert sh.specs({"w": np.zeros(4)}, rules, mesh=m) == {"w": P("m")}
     with pytest.raises(sh.ShardingError, match=r"has 1 entries but the array has shape \(\)"):
         sh.specs({"w": np.zeros(())}, rules, mesh=m)
+    # the cache is keyed by (structure, rules, mesh) and checked against the leaves' types and
+    # shapes: a leaf that stops being an array, or changes shape, is resolved anew
+    fsdp = sh.Rules.fsdp("m", min_size=4)
+    assert sh.specs({"w": np.zeros((2, 8)), "b": 1}, fsdp, mesh=m) == {"w": P(None, "m"), "b": None}
+    assert sh.specs({"w": np.zeros((8, 2)), "b": 1}, fsdp, mesh=m) == {"w": P("m"), "b": None}
+    assert sh.specs({"w": 3.0, "b": np.zeros((8, 2))}, fsdp, mesh=m) == {"w": None, "b": P("m")}
+    assert sh.specs({"w": np.zeros((8, 2)), "b": np.zeros(2)}, fsdp, mesh=m) == {"w": P("m"), "b": P()}
+    # a cached result is never shared: each call returns its own tree
+    one, two = (sh.specs({"w": np.zeros((8, 2)), "b": 1}, fsdp, mesh=m) for _ in range(2))
+    one["w"] = None
+    assert two == {"w": P("m"), "b": None}
 
 
 # -- sharded checkpoints on one device -----------------------------------------------------------------
@@ -281,6 +293,66 @@ def test_index_with_a_dtype_of_the_wrong_type(tmp_path: Any) -> None:
         _write_index(d, {"w": {"dtype": code, "shape": [1], "slices": [["p.safetensors", "w", [[0, 1]]]]}})
         with pytest.raises(sio.CheckpointError, match=rf"^{d}: corrupted index: tensor 'w' has an unknown dtype"):
             sio.load(str(d))
+
+
+def _mapped_kib(path: str) -> int:
+    """KiB of this process's mappings of ``path`` that are resident (/proc/self/smaps)."""
+    want = os.path.realpath(path)
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):  # a mapping's first line; the file is the 6th field
+                fields = line.split(maxsplit=5)
+                inside = len(fields) == 6 and os.path.realpath(fields[5].strip()) == want
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+def test_detached_regions_release_the_mapping_and_stay_exact(tmp_path: Any) -> None:
+    """Placing on devices reads regions with detach=True: new arrays, after which the pages of
+    the stored blocks are dropped from the process (madvise); views made before still read the
+    file's values (the pages fault back in from the file)."""
+    from spruce.io import _api
+
+    rng = np.random.default_rng(1)
+    tree = {"w": rng.normal(size=(64, 1024)).astype(np.float32), "b": np.arange(5, dtype=np.int32)}
+    one = str(tmp_path / "one.safetensors")
+    sio.save(one, tree)
+    sio.save_sharded(str(tmp_path / "dir"), tree)
+    piece = [f for f in os.listdir(tmp_path / "dir") if f.endswith(".safetensors")]
+    for path, mapped in ((one, one), (str(tmp_path / "dir"), str(tmp_path / "dir" / piece[0]))):
+        with _api._open(path, False) as reader:
+            view = reader.region("w", (slice(0, 64), slice(None)))
+            assert float(view.sum()) == pytest.approx(float(tree["w"].sum(dtype=np.float64)), rel=1e-4)  # (touches every page)
+            if sys.platform == "linux":
+                assert _mapped_kib(mapped) >= 256  # the 256 KiB of "w" are resident through the mapping
+            part = reader.region("w", (slice(8, 24), slice(100, 300)), detach=True)
+            whole = reader.region("w", (slice(0, 64), slice(0, 1024)), detach=True)
+            if sys.platform == "linux":
+                assert _mapped_kib(mapped) <= 16  # released: at most the pages shared with the header and "b"
+            assert not np.shares_memory(part, view) and not np.shares_memory(whole, view)
+            np.testing.assert_array_equal(part, tree["w"][8:24, 100:300])
+            np.testing.assert_array_equal(whole, tree["w"])
+            np.testing.assert_array_equal(view, tree["w"])  # read again after the release
+            np.testing.assert_array_equal(reader.region("b", (slice(1, 3),), detach=True), [1, 2])
+
+
+def test_load_shardings_entries_devices_and_bad_entries(tmp_path: Any) -> None:
+    import jax
+    from jax.sharding import SingleDeviceSharding
+
+    path = str(tmp_path / "t.safetensors")
+    tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(3, np.float32)}
+    sio.save(path, tree)
+    dev = jax.devices()[0]
+    got = sio.load(path, tree, shardings={"w": dev, "b": None})
+    assert got["w"].sharding == SingleDeviceSharding(dev) and isinstance(got["b"], np.ndarray)
+    np.testing.assert_array_equal(np.asarray(got["w"]), tree["w"])
+    with pytest.raises(TypeError, match=r"^load: the sharding at key path like\['w'\] must be a jax.sharding.Sharding, a jax.Device or None, got str"):
+        sio.load(path, tree, shardings={"w": "cpu", "b": None})
+    with pytest.raises(TypeError, match=r"key path like\['b'\] .* got P \(a PartitionSpec needs a mesh"):
+        sio.load(path, tree, shardings={"w": None, "b": P()})
 
 
 def test_mmap_false_copies(tmp_path: Any) -> None:

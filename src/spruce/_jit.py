@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import functools
 import operator
+import re
 import threading
 import types
 import warnings
@@ -23,6 +24,7 @@ import jax
 from . import tree as _tree
 from ._module._arrays import is_array
 from ._module._module import _ModuleAux, _ModuleMeta
+from ._shard import leaf_shardings
 
 class _Token:
     """A marker in filter_jit's cache keys and splits (compared by identity)."""
@@ -295,10 +297,18 @@ class _Entry:
     caller then switches this entry to one sub-entry per tuple of array types (``by_avals``).
     """
 
-    __slots__ = ("fun", "treedef", "static", "jit_kwargs", "nested", "mode", "out_def", "out_static", "jitted")
+    __slots__ = (
+        "fun", "treedef", "static", "jit_kwargs", "nested", "mode", "out_def", "out_static", "jitted", "out_shardings"
+    )
 
     def __init__(
-        self, fun: Callable[..., Any], treedef: Any, static: tuple[Any, ...], jit_kwargs: dict[str, Any], nested: bool
+        self,
+        fun: Callable[..., Any],
+        treedef: Any,
+        static: tuple[Any, ...],
+        jit_kwargs: dict[str, Any],
+        nested: bool,
+        out_shardings: Any = None,
     ) -> None:
         self.fun = fun
         self.treedef = treedef
@@ -308,7 +318,28 @@ class _Entry:
         self.mode = -1
         self.out_def: Any = None
         self.out_static: tuple[Any, ...] = ()
+        # With out_shardings (filter_jit's, a tree over the user's output), ``prepare`` traces
+        # once to learn the output's structure and then makes the jax.jit that places it.
+        self.out_shardings = out_shardings
         self.jitted: Any = jax.jit(self._traced, **jit_kwargs)
+
+    def prepare(self, dyn: list[Any]) -> None:
+        """With out_shardings: trace for ``dyn`` (recording the output description), then
+        replace ``jitted`` by a ``jax.jit`` whose ``out_shardings`` are those of the output's
+        array leaves.  (The first trace is not compiled; the second one is.)"""
+        if self.out_shardings is None or self.mode != -1:
+            return
+        self.jitted.trace(*dyn)
+        if self.mode == _BARE:
+            leaves: list[Any] = [_DYN]
+            tree: Any = _DYN
+        else:
+            leaves = [_DYN] * self.out_def.num_leaves if self.mode == _ARRAYS else list(self.out_static)
+            tree = self.out_def.unflatten(leaves)
+        per_leaf = leaf_shardings(self.out_shardings, tree, f"filter_jit({_name(self.fun)}): out_shardings", "output")
+        placed = [s for s, x in zip(per_leaf, leaves) if x is _DYN]
+        out = placed[0] if self.mode == _BARE else placed
+        self.jitted = jax.jit(self._traced, **self.jit_kwargs, out_shardings=out)
 
     def _traced(self, *dyn: Any) -> Any:
         args, kwargs = self.treedef.unflatten(_merge(dyn, self.static))
@@ -338,6 +369,7 @@ class _Entry:
 
     def first_call(self, dyn: list[Any]) -> tuple[Any, Callable[..., Any]]:
         """Trace and run; ``(output, fast callable for the cache)``."""
+        self.prepare(dyn)
         raw = self.jitted(*dyn)
         fast = self.fast()
         if self.mode == _BARE:
@@ -373,7 +405,7 @@ class _Entry:
             k = tuple([jax.typeof(x) for x in dyn])
             fast = table.get(k)
             if fast is None:
-                sub = _Entry(self.fun, self.treedef, self.static, self.jit_kwargs, nested=True)
+                sub = _Entry(self.fun, self.treedef, self.static, self.jit_kwargs, True, self.out_shardings)
                 out, table[k] = sub.first_call(list(dyn))
                 return out
             return fast(*dyn)
@@ -396,6 +428,7 @@ def _new_entry(
     ``kept + 1`` positional arguments are not donated (``kept`` is 1 when ``args[0]`` is the
     function itself, a Module).
     """
+    in_shardings = jit_kwargs.get("in_shardings")
     leaves, treedef = _tree.flatten((args, kwargs))
     dyn_check, static = _split(leaves)
     if len(dyn_check) != len(dyn) or any(a is not b for a, b in zip(dyn_check, dyn)):
@@ -410,7 +443,82 @@ def _new_entry(
             for a in args[: kept + 1]:
                 first += len(_split(_tree.leaves(a))[0])
         jit_kwargs = {**jit_kwargs, "donate_argnums": tuple(range(first, len(dyn)))}
-    return _Entry(fun, treedef, static, jit_kwargs, nested=False)
+    out_shardings = jit_kwargs.get("out_shardings")
+    if "in_shardings" in jit_kwargs or "out_shardings" in jit_kwargs:
+        jit_kwargs = {k: v for k, v in jit_kwargs.items() if k not in ("in_shardings", "out_shardings")}
+        if in_shardings is not None:
+            jit_kwargs["in_shardings"] = _in_shardings(fun, in_shardings, args, kwargs, kept, len(dyn))
+    return _Entry(fun, treedef, static, jit_kwargs, False, out_shardings)
+
+
+def _name(fun: Any) -> str:
+    return getattr(fun, "__qualname__", None) or type(fun).__name__
+
+
+def _in_shardings(fun: Any, shardings: Any, args: tuple[Any, ...], kwargs: dict[str, Any], kept: int, n: int) -> tuple[Any, ...]:
+    """jax.jit's in_shardings for filter_jit's array-leaf list: the entries of filter_jit's
+    ``in_shardings`` (a prefix of the positional arguments) at the array leaves of
+    ``args[kept:]``; None (unconstrained) for a leading Module's leaves and keyword arguments."""
+    user = args[kept:]
+    lead = len(_split(_tree.leaves(args[:kept]))[0]) if kept else 0
+    per_leaf = leaf_shardings(shardings, user, f"filter_jit({_name(fun)}): in_shardings", "args")
+    out: list[Any] = [None] * lead
+    out += [s for s, x in zip(per_leaf, _tree.leaves(user)) if _is_dynamic(x)]
+    out += [None] * (n - len(out))
+    return tuple(out)
+
+
+def _shown(path: tuple[Any, ...], kept: int) -> str:
+    """A key path into ``(args, kwargs)`` as the user sees it: ``args[0]['w']``, ``keyword
+    argument g[0]``, or a place in the function's own Module (``kept``: 1 if ``args[0]`` is
+    that Module)."""
+    where, rest = path[0].idx, path[1:]
+    if where == 1:
+        return "keyword argument " + _tree.keystr(rest[:1], simple=True) + _tree.keystr(rest[1:])
+    if kept and rest[0].idx < kept:
+        return f"the array at {_tree.keystr(rest[1:]) or '<root>'} of the function's own Module"
+    return f"argument args[{rest[0].idx - kept}]{_tree.keystr(rest[1:])}"
+
+
+_DYN_PATH = re.compile(r"\s*with pytree key path dyn\[(\d+)\]")
+_ARG_SHARDING = re.compile(r"arg sharding: (.*) for arg type: (\S+)", re.DOTALL)
+
+
+def _call_error(err: Exception, args: tuple[Any, ...], kwargs: dict[str, Any], kept: int) -> Exception | None:
+    """A clearer error for a call that failed with ``err``, naming the argument's key path, or
+    None to re-raise ``err`` as it is.  Cases: an array argument was deleted (donated to an
+    earlier call); JAX's errors about an argument and its ``in_shardings`` entry, which name a
+    position in filter_jit's list of array leaves (``dyn[2]``) or no argument at all."""
+    dyn = [(p, x) for p, x in _tree.leaves_with_path((args, kwargs)) if _is_dynamic(x)]
+    for path, x in dyn:
+        try:
+            gone = isinstance(x, jax.Array) and x.is_deleted()
+        except Exception:  # noqa: BLE001 - not a concrete array (a tracer): not deleted
+            gone = False
+        if gone:
+            return RuntimeError(
+                f"filter_jit: {_shown(path, kept)} (a {x.dtype}{list(x.shape)} array) has been deleted: it "
+                "was donated to an earlier call (donate='all' or 'all-except-first' gives its buffer "
+                "to that call's output) or deleted explicitly. Pass that call's output instead (e.g. "
+                "`params = step(params, batch)`), copy the array before the call, or do not donate "
+                "it (donate='all-except-first' keeps the first argument, donate='none' keeps all)"
+            )
+    if not isinstance(err, ValueError):
+        return None
+    text = str(err)
+    m = _DYN_PATH.search(text)
+    if m is not None and int(m.group(1)) < len(dyn):
+        shown = _shown(dyn[int(m.group(1))][0], kept)
+        return ValueError(f"filter_jit: {shown}: " + text[: m.start()] + text[m.end():])
+    m = _ARG_SHARDING.search(text)
+    if m is not None:
+        for path, x in dyn:
+            if str(getattr(x, "sharding", None)) == m.group(1).strip() and str(jax.typeof(x)) == m.group(2):
+                return ValueError(
+                    f"filter_jit: {_shown(path, kept)} is committed to a sharding other than its "
+                    f"in_shardings entry (move it with jax.device_put, or give it None): {text}"
+                )
+    return None
 
 
 class _NotDirect(Exception):
@@ -490,52 +598,61 @@ def _compile(
 
     def call(*args: Any, **kwargs: Any) -> Any:
         nonlocal direct
-        if direct is not None and not kwargs:
-            for a in args:
-                if type(a) not in direct_types and not _is_dynamic(a):  # (learns array types)
-                    break
-            else:
-                try:
-                    return direct(*args)  # dispatched asynchronously, like every call below
-                except _NotDirect:  # the output needs spruce: use the general path from now on
-                    direct = None
-        # _walk over each argument, with the top level inlined.
-        key: list[Any] = []
-        dyn: list[Any] = []
-        for a in args:
-            t = type(a)
-            if t in arrays:
-                key.append(_DYN)
-                dyn.append(a)
-            elif a is None:
-                key.append(None)
-            else:
-                w = walkers.get(t)
-                if w is None:
-                    walk(a, key, dyn)
+        try:
+            if direct is not None and not kwargs:
+                for a in args:
+                    if type(a) not in direct_types and not _is_dynamic(a):  # (learns array types)
+                        break
                 else:
-                    w(a, key, dyn)
-        if kwargs:
-            key.append(_KWARGS)
-            _walk_dict(kwargs, key, dyn)
-        last_key, fast = last[0]
-        try:
-            same = key == last_key
-        except Exception:  # a static leaf whose == raises: compare through the cache instead
-            same = False
-        if not same:
-            k = tuple(key)
+                    try:
+                        return direct(*args)  # dispatched asynchronously, like every call below
+                    except _NotDirect:  # the output needs spruce: use the general path from now on
+                        direct = None
+            # _walk over each argument, with the top level inlined.
+            key: list[Any] = []
+            dyn: list[Any] = []
+            for a in args:
+                t = type(a)
+                if t in arrays:
+                    key.append(_DYN)
+                    dyn.append(a)
+                elif a is None:
+                    key.append(None)
+                else:
+                    w = walkers.get(t)
+                    if w is None:
+                        walk(a, key, dyn)
+                    else:
+                        w(a, key, dyn)
+            if kwargs:
+                key.append(_KWARGS)
+                _walk_dict(kwargs, key, dyn)
+            last_key, fast = last[0]
             try:
-                fast = cache.get(k)
-            except TypeError:
-                raise _unhashable_static(k, "filter_jit") from None
-            if fast is None:
-                return slow(k, args, kwargs, dyn)
-            last[0] = (key, fast)
-        try:
-            return fast(*dyn)  # dispatched asynchronously: nothing here waits for the result
-        except _Restructure:
-            return slow(tuple(key), args, kwargs, dyn)
+                same = key == last_key
+            except Exception:  # a static leaf whose == raises: compare through the cache instead
+                same = False
+            if not same:
+                k = tuple(key)
+                try:
+                    fast = cache.get(k)
+                except TypeError:
+                    raise _unhashable_static(k, "filter_jit") from None
+                if fast is None:
+                    return slow(k, args, kwargs, dyn)
+                last[0] = (key, fast)
+            try:
+                return fast(*dyn)  # dispatched asynchronously: nothing here waits for the result
+            except _Restructure:
+                return slow(tuple(key), args, kwargs, dyn)
+        except (ValueError, RuntimeError) as err:  # (free unless raised)
+            try:
+                better = _call_error(err, args, kwargs, kept)
+            except Exception:  # noqa: BLE001 - explaining failed: the original error stands
+                better = None
+            if better is None:
+                raise
+            raise better from err
 
     if donate != "none":
         plain = call
@@ -548,6 +665,7 @@ def _compile(
     def lower(*args: Any, **kwargs: Any) -> Any:
         dyn = _split(_tree.leaves((args, kwargs)))[0]
         entry = _new_entry(inner, args, kwargs, dyn, jit_kwargs, donate, kept)
+        entry.prepare(dyn)
         return entry.jitted.lower(*dyn)
 
     return call, lower
@@ -623,14 +741,19 @@ _POSITIONAL_JIT_OPTIONS = {
     "static_argnames": "every non-array leaf is already static; pass a Python value or mark a Module field static",
     "donate_argnums": 'use donate="all" or donate="all-except-first"',
     "donate_argnames": 'use donate="all" or donate="all-except-first"',
-    "in_shardings": "place the arrays with jax.device_put (or spruce.sharding) before the call",
-    "out_shardings": "apply jax.lax.with_sharding_constraint to the output inside the function",
 }
 _DONATE = ("none", "all", "all-except-first")
 _DONATION_WARNING = "Some donated buffers were not usable"
 
 
-def filter_jit(fun: Callable[..., Any] | None = None, *, donate: str = "none", **jit_kwargs: Any) -> Any:
+def filter_jit(
+    fun: Callable[..., Any] | None = None,
+    *,
+    donate: str = "none",
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+    **jit_kwargs: Any,
+) -> Any:
     """Compile ``fun`` with ``jax.jit``, tracing only the array leaves of its arguments.
 
     Args:
@@ -645,11 +768,24 @@ def filter_jit(fun: Callable[..., Any] | None = None, *, donate: str = "none", *
         ``"all-except-first"`` (all but those of the first positional argument, and never
         ``fun``'s own).  A donated array is deleted by the call (``x.is_deleted()``); reading it
         afterwards raises.  JAX's warning about donated buffers it could not reuse is not shown.
+        Passing a donated array to a later call raises a RuntimeError naming its key path
+        (``args[0]['w']``) and how to avoid it.
+      in_shardings: where the array leaves of the positional arguments must be, as in
+        ``jax.jit``: a ``jax.sharding.Sharding`` (or ``jax.Device``) for all of them, or a
+        tuple with one entry per positional argument, each a Sharding, None (unconstrained) or
+        a tree of them that is a prefix of that argument (``spruce.sharding.shardings(params,
+        mesh, rules)`` fits).  Only array leaves get a sharding; entries over static leaves are
+        ignored; keyword arguments (and ``fun``'s own Module) are unconstrained.  As in
+        ``jax.jit``, NumPy arrays and uncommitted JAX arrays are moved there, and a JAX array
+        committed to another sharding is an error.
+      out_shardings: where the array leaves of the output are placed: a Sharding, or a tree of
+        them (None: the compiler chooses) that is a prefix of the output.  The output's
+        structure is learned by tracing once before compiling.
       jit_kwargs: other ``jax.jit`` options (e.g. ``keep_unused``, ``inline``,
         ``compiler_options``), forwarded as they are.  The options that count positions
-        (``static_argnums``, ``static_argnames``, ``donate_argnums``, ``donate_argnames``,
-        ``in_shardings``, ``out_shardings``) are refused: jax.jit would apply them to
-        filter_jit's list of array leaves, not to the arguments.
+        (``static_argnums``, ``static_argnames``, ``donate_argnums``, ``donate_argnames``)
+        are refused: jax.jit would apply them to filter_jit's list of array leaves, not to
+        the arguments.
 
     Returns:
       A function with ``fun``'s signature (usable as a method: it binds like any function).
@@ -670,7 +806,10 @@ def filter_jit(fun: Callable[..., Any] | None = None, *, donate: str = "none", *
       TypeError: ``fun`` is not callable; a static leaf of the arguments is not hashable; one
         of the refused ``jax.jit`` options above is given (the message says what to use).
       ValueError: ``donate`` is not one of the three strings; two traces for the same arguments
-        (same shapes and dtypes) returned different non-array outputs.
+        (same shapes and dtypes) returned different non-array outputs; ``in_shardings`` or
+        ``out_shardings`` is not a prefix of the arguments / the output (at the call, naming the
+        key path, ``args[1]['w']`` or ``output[0]``).
+      RuntimeError: an array argument has been deleted (donated to an earlier call).
 
     Wrapping the same function again (or a bound method of the same instance, or a bound method
     of any Module instance with the same method, or any Module as the function) with the same
@@ -695,7 +834,9 @@ def filter_jit(fun: Callable[..., Any] | None = None, *, donate: str = "none", *
     (RuntimeError at the next compilation if it does).
 
     Follows equinox.filter_jit, except that it never blocks on the result (equinox's does, on
-    every call) and static leaves are keyed with their type.
+    every call), static leaves are keyed with their type, and it takes ``in_shardings`` /
+    ``out_shardings`` as trees over the arguments and output (equinox has ``filter_shard``
+    only; spruce has that too, in ``spruce.jax``).
 
     >>> import jax.numpy as jnp
     >>> f = filter_jit(lambda x, n: x * n)
@@ -703,6 +844,11 @@ def filter_jit(fun: Callable[..., Any] | None = None, *, donate: str = "none", *
     [3.0, 3.0]
     >>> f.lower(jnp.ones(2), 3).compile()(jnp.ones(2)).tolist()
     [3.0, 3.0]
+    >>> one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    >>> g = filter_jit(lambda p, n: p['w'] * n, in_shardings=({'w': one}, None), out_shardings=one)
+    >>> y = g({'w': jnp.ones(2)}, 3)
+    >>> y.tolist(), y.sharding == one
+    ([3.0, 3.0], True)
     """
     for name in jit_kwargs:
         if name in _POSITIONAL_JIT_OPTIONS:
@@ -713,7 +859,12 @@ def filter_jit(fun: Callable[..., Any] | None = None, *, donate: str = "none", *
     if donate not in _DONATE:
         raise ValueError(f"filter_jit: donate must be one of {', '.join(map(repr, _DONATE))}, got {donate!r}")
     if fun is None:
-        return lambda f: filter_jit(f, donate=donate, **jit_kwargs)
+        return lambda f: filter_jit(f, donate=donate, in_shardings=in_shardings, out_shardings=out_shardings, **jit_kwargs)
+    if in_shardings is not None:
+        # (one entry per positional argument: a list is taken as jax.jit takes it, as a tuple)
+        jit_kwargs["in_shardings"] = tuple(in_shardings) if type(in_shardings) is list else in_shardings
+    if out_shardings is not None:
+        jit_kwargs["out_shardings"] = out_shardings
     if not callable(fun):
         raise TypeError(f"filter_jit: expected a function, got {type(fun).__name__}")
 

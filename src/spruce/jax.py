@@ -3,8 +3,9 @@
 ``filter_jit``, ``filter_grad``, ``filter_value_and_grad`` and ``filter_vmap`` take functions
 whose arguments are arbitrary pytrees — Modules holding functions, strings, Python numbers —
 and treat the array leaves (``spruce.is_array``: JAX and NumPy arrays) as traced / batched /
-differentiated values and everything else as static.  Semantics follow Equinox's functions of
-the same names.  ``ravel_pytree`` is jax.flatten_util's, over spruce pytrees.
+differentiated values and everything else as static; ``filter_shard`` places the array leaves
+of a tree (``device_put``, or a sharding constraint under a trace).  Semantics follow
+Equinox's functions of the same names.  ``ravel_pytree`` is jax.flatten_util's, over spruce pytrees.
 
 This module only re-exports: each transform lives in its own module (``_jit.py``,
 ``_grad.py``, ``_vmap.py``, ``_ravel.py``; the other filtered transforms — shapes, jaxprs,
@@ -20,6 +21,7 @@ from ._grad import filter_value_and_grad as filter_value_and_grad
 from ._jit import filter_jit as filter_jit
 from . import _jax_bridge
 from ._ravel import ravel_pytree as ravel_pytree
+from ._shard import filter_shard as filter_shard
 from ._transforms import filter_checkpoint as filter_checkpoint
 from ._transforms import filter_custom_jvp as filter_custom_jvp
 from ._transforms import filter_custom_vjp as filter_custom_vjp
@@ -48,6 +50,7 @@ __all__ = [
     "filter_jvp",
     "filter_make_jaxpr",
     "filter_pure_callback",
+    "filter_shard",
     "filter_value_and_grad",
     "filter_vjp",
     "filter_vmap",

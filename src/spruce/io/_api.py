@@ -164,10 +164,18 @@ class _Reader:
             self.zip = zipfile.ZipFile(self.file)
         return _npz.read_member(self.zip, e, self.parsed.path)
 
-    def region(self, name: str, index: Any) -> np.ndarray[Any, Any]:
-        """The block ``index`` (a tuple of slices) of tensor ``name``."""
+    def region(self, name: str, index: Any, detach: bool = False) -> np.ndarray[Any, Any]:
+        """The block ``index`` (a tuple of slices) of tensor ``name``; with ``detach``, a new
+        array, and the tensor's pages are released from the process (``MappedFile.release``)."""
         arr = self.array(name)
-        return arr if index is None else arr[tuple(index)]
+        block = arr if index is None else arr[tuple(index)]
+        if not detach:
+            return block
+        out = np.array(block)
+        e = self.parsed.tensors[name]
+        if e.offset >= 0 and not self.copy:
+            self.mapped.release(e)
+        return out
 
     def close(self) -> None:
         if self.zip is not None:
@@ -426,8 +434,11 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
         becomes a ``jax.Array`` built with ``jax.make_array_from_callback``, each device
         reading only the bytes of its own slice from the memory map (a sharded directory's
         pieces are read only where they overlap that slice).  Any mesh works, whatever the
-        layout at save time.  Without it, a ``jax.Array`` leaf of ``like`` gives its own
-        sharding, and other leaves load as NumPy arrays.
+        layout at save time.  Each block is copied out of the map and the pages it came from
+        are released, so placing a checkpoint holds the placed arrays, not also the file's
+        pages.  A ``jax.Device`` entry means a ``SingleDeviceSharding``.  Without it, a
+        ``jax.Array`` leaf of ``like`` gives its own sharding, and other leaves load as NumPy
+        arrays.
       dtype: None (default): dtypes must match exactly.  A dtype (``jnp.float32``,
         ``'bfloat16'``): every floating-point tensor is cast to it (integer and bool tensors
         are not).  ``'like'``: floating-point tensors are cast to the dtype of the floating
@@ -447,6 +458,8 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
         are missing or unexpected; the message lists the dotted names.
       ValueError: ``rename`` maps two entries to one name; ``shardings`` is not a prefix of
         the tree (naming the key path); ``dtype='like'`` without ``like`` or ``shardings``.
+      TypeError: an entry of ``shardings`` that is not a Sharding, a Device or None (naming
+        its key path).
       spruce.sharding.ShardingError: (a ValueError) a sharding does not fit its tensor (a
         spec longer than the rank, a dimension the mesh axes do not divide), naming the key
         path, the shape and the spec.
@@ -643,7 +656,7 @@ def _place(reader: Any, name: str, sharding: Any, dtype: np.dtype[Any], where: s
 
     def block(index: Any) -> np.ndarray[Any, Any]:
         try:
-            arr: np.ndarray[Any, Any] = reader.region(name, index)
+            arr: np.ndarray[Any, Any] = reader.region(name, index, detach=True)
         except BaseException as err:  # reading failed: raised as it is, not as a sharding error
             failed.append(err)
             raise
@@ -702,34 +715,14 @@ def _fill(parsed: Parsed, reader: Any, spec: LeafSpec, x: Any, sharding: Any, ca
     return True, arr
 
 
-class _Box:
-    """A sharding (or None) held as one leaf."""
-
-    __slots__ = ("sharding",)
-
-    def __init__(self, sharding: Any) -> None:
-        self.sharding = sharding
-
-
 def _shardings_for(shardings: Any, like: Any, n: int) -> list[Any]:
     """One sharding (or None) per leaf of ``like``, from a tree of shardings that is a prefix
     of ``like`` (None entries: not placed)."""
     if shardings is None:
         return [None] * n
-    from jax.sharding import Sharding
+    from .._shard import leaf_shardings
 
-    def is_leaf(s: Any) -> bool:
-        return s is None or isinstance(s, Sharding)
-
-    boxed = _tree.map(_Box, shardings, is_leaf=is_leaf)
-    try:
-        full = _tree.broadcast(boxed, like, is_leaf=lambda b: isinstance(b, _Box))
-    except ValueError as e:
-        raise ValueError(f"load: shardings must be a tree of Shardings matching like or a prefix of it: {e}") from None
-    out = [b.sharding for b in _tree.leaves(full, is_leaf=lambda b: isinstance(b, _Box))]
-    if len(out) != n:  # pragma: no cover - broadcast keeps like's leaves
-        raise ValueError("load: shardings do not line up with the leaves of like")
-    return out
+    return leaf_shardings(shardings, like, "load", "like")
 
 
 def _load_like(

@@ -153,6 +153,22 @@ class MappedFile:
             arr = np.ndarray(e.shape, e.dtype, buffer=self.mm, offset=e.offset, order="F" if e.fortran else "C")
         return arr.view(e.view) if e.view is not None else arr
 
+    def release(self, e: Entry) -> None:
+        """Drop the pages of the mapping that hold only ``e``'s bytes from this process's
+        memory (``madvise(MADV_DONTNEED)``), after they were copied elsewhere: otherwise every
+        page read through the mapping stays resident (counted in the process's RSS) until the
+        mapping closes.  The file is unchanged and the pages stay in the page cache; reading them
+        again through the mapping faults them back in from the file.  Only for tensors that no
+        array returned to the caller views (a written copy-on-write page would lose its
+        changes); a no-op where the platform lacks MADV_DONTNEED."""
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        if self.mm is None or advice is None or e.strides is not None or e.offset < 0:
+            return
+        start = -(-e.offset // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages inside the tensor only
+        stop = (e.offset + e.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+        if stop > start:
+            self.mm.madvise(advice, start, stop - start)
+
 
 def atomic_write(path: str, write: Callable[[str], None]) -> None:
     """Write a file atomically: ``write(tmp)`` fills a new temporary file in the same folder,

@@ -450,10 +450,13 @@ class Reader:
             raise CheckpointError(f"the stored structure names a tensor {name[:200]!r} that the index does not have", self.parsed.path)
         return self.region(name, tuple(slice(0, n) for n in e.shape))
 
-    def region(self, name: str, index: Any) -> np.ndarray[Any, Any]:
+    def region(self, name: str, index: Any, detach: bool = False) -> np.ndarray[Any, Any]:
         """The block ``index`` (a tuple of slices, as ``make_array_from_callback`` passes) of
         tensor ``name``: a view of the mapping when one stored block is exactly it, else a
-        new array filled from the stored blocks it overlaps (only those pages are read)."""
+        new array filled from the stored blocks it overlaps (only those pages are read).
+        ``detach``: always a new array, and the pages of the stored blocks read for it are
+        released from the process (``MappedFile.release``), so that placing a checkpoint on
+        devices does not also keep the file's pages resident."""
         e = self.parsed.tensors[name]
         if index is None:
             index = ()
@@ -463,7 +466,12 @@ class Reader:
         for s in self.index.slices[name]:
             if s.start == start and s.stop == stop:
                 v = self._view(s)
-                return v.copy() if self.copy else v
+                if not (self.copy or detach):
+                    return v
+                v = v.copy()
+                if detach:
+                    self._release(s)
+                return v
         out = np.empty(tuple(b - a for a, b in zip(start, stop)), e.dtype)
         for s in self.index.slices[name]:
             lo = [max(a, c) for a, c in zip(start, s.start)]
@@ -473,7 +481,13 @@ class Reader:
             dst = tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, start))
             src = tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, s.start))
             out[dst] = self._view(s)[src]
+            if detach:
+                self._release(s)
         return out
+
+    def _release(self, s: Slice) -> None:
+        assert s.entry is not None
+        self.maps[s.file].release(s.entry)
 
     def close(self) -> None:
         self.maps.clear()

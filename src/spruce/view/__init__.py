@@ -7,7 +7,8 @@
 - ``diff(a, b)`` -> per-tensor comparison of two trees (added, removed, reshaped, changed: max
   abs difference and relative L2 change), and ``diff_html(a, b)`` its side-by-side page.
 - ``sharding_html(leaves)``, ``device_grid``, ``device_memory``, ``sharding_leaves``: a
-  NamedSharding layout as device-grid glyphs and per-device memory bars, from plain data.
+  NamedSharding layout as device-grid glyphs and per-device memory bars, from plain data or
+  from a ``spruce.sharding.explain`` report.
 
 Only spruce's public engine and NumPy are used; JAX is never imported here (JAX arrays are read
 with ``numpy.asarray``).

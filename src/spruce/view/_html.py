@@ -70,6 +70,8 @@ def _device_memory(model: Model) -> str:
     """Memory bars per device for the sharded arrays of the tree (all on one mesh), or ''."""
     leaves = []
     for n in model.nodes:
+        if n.tied and n.tied[0] < n.index:  # the same array at an earlier path: held once
+            continue
         layout = leaf_layout(n.obj) if n.kind == ARRAY and n.obj is not None else None
         if layout is not None:
             leaves.append((model.name(n.index), n.shape, n.dtype, layout.spec, layout.mesh))

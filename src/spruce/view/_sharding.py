@@ -222,13 +222,28 @@ def device_grid(shape: Sequence[int], spec: Any, mesh: Mapping[str, int], *,
     return "".join(parts)
 
 
+def _from_explanation(plan: Any) -> tuple[list[ShardedLeaf], list[int] | None]:
+    """The leaves and per-device bytes (row-major mesh order) of a ``spruce.sharding.explain``
+    report, or ``(list(plan), None)`` for anything else."""
+    rows = getattr(plan, "rows", None)
+    mesh = getattr(plan, "mesh", None)
+    per = getattr(plan, "bytes_per_device", None)
+    if rows is None or mesh is None or per is None:
+        return list(plan), None
+    sizes = {str(k): int(v) for k, v in dict(mesh.shape).items()}
+    leaves = [ShardedLeaf(r.path, tuple(r.shape), r.dtype, r.spec, sizes) for r in rows]
+    return leaves, [int(per[int(d.id)]) for d in mesh.devices.flat]
+
+
 def sharding_html(leaves: Iterable[Any], *, title: str | None = None) -> str:
     """A page for a sharding plan: per leaf its layout, block shape, bytes per device and a
     device-grid glyph (``device_grid``), then one memory bar per device (``device_memory``).
 
     Args:
       leaves: ``ShardedLeaf``s or 5-tuples ``(path, shape, dtype, spec, mesh)``, all on one
-        mesh; ``sharding_leaves(tree)`` makes them from sharded JAX arrays.
+        mesh; ``sharding_leaves(tree)`` makes them from sharded JAX arrays.  Or the report of
+        ``spruce.sharding.explain(tree, mesh, rules)``: a plan before anything is placed, one
+        row per array leaf, with the report's exact bytes per device in the bars.
       title: the page title.
 
     Returns:
@@ -238,7 +253,8 @@ def sharding_html(leaves: Iterable[Any], *, title: str | None = None) -> str:
       ValueError: a spec that names an axis the mesh lacks, uses one twice, or has more
         entries than dimensions; leaves on meshes of different sizes.  The leaf's path is named.
     """
-    items = [ShardedLeaf(str(p), tuple(int(d) for d in s), d, spec, dict(m)) for p, s, d, spec, m in leaves]
+    given, exact = _from_explanation(leaves)
+    items = [ShardedLeaf(str(p), tuple(int(d) for d in s), d, spec, dict(m)) for p, s, d, spec, m in given]
     rows = []
     for leaf in items:
         try:
@@ -253,7 +269,7 @@ def sharding_html(leaves: Iterable[Any], *, title: str | None = None) -> str:
             f'<td class="mono">{list(block)}</td><td class="num">{esc(format_bytes(per_device))}</td>'
             f"<td>{device_grid(leaf.shape, norm, leaf.mesh, width=96, height=40)}</td></tr>"
         )
-    memory = device_memory(items)
+    memory = exact if exact is not None else device_memory(items)
     top = max(memory) if memory else 0
     mesh_text = " ".join(f"{k}={v}" for k, v in items[0].mesh.items()) if items else ""
     name = title or f"sharding: {len(items)} leaves on {len(memory)} devices"
@@ -273,12 +289,18 @@ def sharding_html(leaves: Iterable[Any], *, title: str | None = None) -> str:
 
 def sharding_leaves(tree: Any) -> list[ShardedLeaf]:
     """The leaves of ``tree`` that have a ``NamedSharding`` (sharded ``jax.Array``s), as
-    ``ShardedLeaf``s named by their dotted paths, in flatten order (others are skipped)."""
+    ``ShardedLeaf``s named by their dotted paths, in flatten order (others are skipped).  An
+    array held at several paths (tied weights) is one record, under its first path: the devices
+    hold it once, and ``device_memory`` of the records is what they hold."""
     from .. import tree as _tree
     from ..io import path_name
 
     out = []
+    seen: set[int] = set()
     for path, x in _tree.leaves_with_path(tree):
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
         sharding = getattr(x, "sharding", None)
         spec = getattr(sharding, "spec", None)
         mesh = getattr(getattr(sharding, "mesh", None), "shape", None)
