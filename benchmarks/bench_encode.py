@@ -2,9 +2,12 @@
 
 Each measurement runs in a fresh process (so "cold" is really cold): the first ``encode`` of
 512 random sentences of 3-60 words (model loading included), then warm calls on the same
-sentences.  spruce runs three ways: with an empty JAX compilation cache (cold, first process),
-with the cache the first process filled (cold, second process), and warm.  Both libraries get
-2 threads.  The machine may be shared: every figure is the median of ``--repeat`` processes.
+sentences.  spruce runs three ways: with an empty JAX persistent compilation cache (cold, first
+process: what every process costs without the cache, which ``encode`` does not turn on by
+itself; here ``SPRUCE_JAX_CACHE`` asks for it), with the cache the first process filled (cold,
+second process), and warm.  Both libraries get 2 threads.  The machine may be shared: every
+figure is the median of ``--repeat`` processes, and each repeat runs spruce's two processes
+and then PyTorch's, so that a change of load affects both.
 
     python benchmarks/bench_encode.py [--repeat 3] [--warm 5]
 

@@ -117,7 +117,7 @@ def test_one_compilation_for_any_mix_of_lengths() -> None:
         minilm.encode([text])
     minilm.encode(texts)  # 3 + 12 + 62 tokens: still one row
     assert (minilm._traces, minilm._compiled) == (traces, compiled)
-    many = minilm.encode(_random_sentences(48, 0))  # about 13 rows: calls of 8 rows
+    many = minilm.encode(_random_sentences(48, 0))  # about 13 rows: calls of 4 rows
     assert minilm._traces == traces + 1 and len(minilm._compiled) == len(compiled) + 1
     minilm.encode(_random_sentences(100, 1))  # about 27 rows: the same shape
     assert minilm._traces == traces + 1
@@ -156,7 +156,7 @@ folder = pathlib.Path({str(tmp_path / "cache")!r})
 assert minilm.enable_compilation_cache(folder) == folder and folder.is_dir()
 assert jax.config.jax_compilation_cache_dir == str(folder)
 assert oct(folder.stat().st_mode & 0o777) == oct(0o700)
-minilm.encode(["two", "sentences"] * 40, batch_size=8)   # a new shape: compiled, and cached
+minilm.encode(["two", "sentences"] * 40, batch_size=64)   # 2 rows, a new shape: compiled, and cached
 assert any(folder.iterdir()), "nothing was written to the cache"
 assert minilm.enable_compilation_cache(pathlib.Path(folder, "other")) == folder  # already on: kept
 print("ok")
