@@ -384,12 +384,12 @@ def _get_compiled(rows: int, length: int, text: _Text) -> Any:
     skeleton = BertModel.skeleton(text.config)
 
     def spec(x: Any, lead: tuple[int, ...] = ()) -> jax.ShapeDtypeStruct:
-        return jax.ShapeDtypeStruct(lead + np.shape(x), jax.dtypes.canonicalize_dtype(np.result_type(x)))
+        return jax.ShapeDtypeStruct(lead + np.shape(x), jax.dtypes.canonicalize_dtype(np.result_type(x)))  # type: ignore[no-untyped-call]
 
     embeddings = jax.tree.map(spec, skeleton.embeddings)
     arrays, static = spruce.partition(skeleton.layers[0], spruce.is_array)
     layers = jax.tree.map(lambda x: spec(x, (len(skeleton.layers),)), arrays)
-    ints = jax.ShapeDtypeStruct((rows, length), jnp.int32)
+    ints = jax.ShapeDtypeStruct((rows, length), jnp.int32)  # type: ignore[no-untyped-call]
     compiled = _embed_jit.lower(embeddings, layers, static, ints, ints, ints).compile()
     with _lock:
         return _compiled.setdefault(key, compiled)
