@@ -154,6 +154,8 @@ _text: _Text | None = None
 _weights: _Weights | None = None
 #: Compiled ``_embed_packed`` per (rows, row length), built ahead of the first call of a shape.
 _compiled: dict[tuple[int, int], Any] = {}
+# (its own lock: ``_lock`` is held while the weights load, which compilation must not wait for)
+_compiled_lock = threading.Lock()
 
 
 def _get_text() -> _Text:
@@ -377,7 +379,7 @@ def _get_compiled(rows: int, length: int, text: _Text) -> Any:
     """``_embed_jit`` compiled for ``(rows, length)`` int32 inputs, from the shapes of the
     weights only (``BertModel.skeleton``), so that it can run while the weights load."""
     key = (rows, length)
-    with _lock:
+    with _compiled_lock:
         compiled = _compiled.get(key)
     if compiled is not None:
         return compiled
@@ -391,7 +393,7 @@ def _get_compiled(rows: int, length: int, text: _Text) -> Any:
     layers = jax.tree.map(lambda x: spec(x, (len(skeleton.layers),)), arrays)
     ints = jax.ShapeDtypeStruct((rows, length), jnp.int32)  # type: ignore[no-untyped-call]
     compiled = _embed_jit.lower(embeddings, layers, static, ints, ints, ints).compile()
-    with _lock:
+    with _compiled_lock:
         return _compiled.setdefault(key, compiled)
 
 
