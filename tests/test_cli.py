@@ -418,7 +418,6 @@ def test_demo_runs_and_writes_its_pictures(tmp_path: Any, capsys: Any) -> None:
     assert 'data-path="embeddings.word_embeddings.weight" data-bytes="46881792"' in svg
 
 
-@pytest.mark.slow
 def test_demo_leaves_no_temporary_folder(tmp_path: Any, monkeypatch: Any, capsys: Any) -> None:
     import tempfile
 
