@@ -2,9 +2,14 @@
 
 Each measurement runs in a fresh process (so "cold" is really cold): the first ``encode`` of
 512 random sentences of 3-60 words (model loading included), then warm calls on the same
-sentences.  spruce runs three ways: with an empty JAX compilation cache (cold, first process),
-with the cache the first process filled (cold, second process), and warm.  Both libraries get
-2 threads.  The machine may be shared: every figure is the median of ``--repeat`` processes.
+sentences.  spruce runs three ways: with an empty JAX persistent compilation cache (cold, first
+process: what every process costs without the cache, which ``encode`` does not turn on by
+itself; here ``SPRUCE_JAX_CACHE`` asks for it), with the cache the first process filled (cold,
+second process), and warm.  Both libraries get 2 threads.  The machine may be shared: every
+figure is the median of ``--repeat`` processes, and each repeat runs spruce's two processes
+and then PyTorch's, so that a change of load affects both.  Besides the elapsed (wall) time,
+each process reports its CPU time (all threads, ``time.process_time``), which other jobs on a
+busy machine disturb much less.
 
     python benchmarks/bench_encode.py [--repeat 3] [--warm 5]
 
@@ -21,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from typing import Any
 
 N_SENTENCES = 512
 
@@ -63,11 +69,15 @@ sys.path.insert(0, {src!r})
 from bench_encode import sentences
 S = sentences()
 from spruce.models import minilm
-t = time.perf_counter(); minilm.encode(S); cold = time.perf_counter() - t
-warm = []
+t, c = time.perf_counter(), time.process_time()
+minilm.encode(S)
+cold, cold_cpu = time.perf_counter() - t, time.process_time() - c
+warm, warm_cpu = [], []
 for _ in range({warm}):
-    t = time.perf_counter(); minilm.encode(S); warm.append(time.perf_counter() - t)
-print(json.dumps({{"cold": cold, "warm": warm}}))
+    t, c = time.perf_counter(), time.process_time()
+    minilm.encode(S)
+    warm.append(time.perf_counter() - t); warm_cpu.append(time.process_time() - c)
+print(json.dumps({{"cold": cold, "warm": warm, "cold_cpu": cold_cpu, "warm_cpu": warm_cpu}}))
 """
 
 _TORCH = """
@@ -80,18 +90,20 @@ torch.set_num_threads(2)
 from sentence_transformers import SentenceTransformer
 from spruce.models import minilm
 path = str(minilm.model_path())
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 model = SentenceTransformer(path, device="cpu")
 model.encode(S, normalize_embeddings=True)
-cold = time.perf_counter() - t
-warm = []
+cold, cold_cpu = time.perf_counter() - t, time.process_time() - c
+warm, warm_cpu = [], []
 for _ in range({warm}):
-    t = time.perf_counter(); model.encode(S, normalize_embeddings=True); warm.append(time.perf_counter() - t)
-print(json.dumps({{"cold": cold, "warm": warm}}))
+    t, c = time.perf_counter(), time.process_time()
+    model.encode(S, normalize_embeddings=True)
+    warm.append(time.perf_counter() - t); warm_cpu.append(time.process_time() - c)
+print(json.dumps({{"cold": cold, "warm": warm, "cold_cpu": cold_cpu, "warm_cpu": warm_cpu}}))
 """
 
 
-def run(code: str, env: dict[str, str]) -> dict[str, object]:
+def run(code: str, env: dict[str, str]) -> dict[str, Any]:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -104,27 +116,42 @@ def main() -> None:
     args = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, OMP_NUM_THREADS="2", MKL_NUM_THREADS="2", TOKENIZERS_PARALLELISM="false")
-    rows: dict[str, list[float]] = {k: [] for k in ("spruce cold (1st process)", "spruce cold (2nd process)", "spruce warm", "torch cold", "torch warm")}
+    names = ("spruce cold (1st process)", "spruce cold (2nd process)", "spruce warm", "torch cold", "torch warm")
+    wall: dict[str, list[float]] = {k: [] for k in names}
+    cpu: dict[str, list[float]] = {k: [] for k in names}
+
+    def add(name: str, result: dict[str, Any], kind: str) -> None:
+        for rows, suffix in ((wall, ""), (cpu, "_cpu")):
+            value = result[kind + suffix]
+            rows[name].append(statistics.median(value) if isinstance(value, list) else float(value))
+
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory() as cache:
             e = dict(env, SPRUCE_JAX_CACHE=cache)
             first = run(textwrap.dedent(_SPRUCE.format(src=here, warm=args.warm)), e)
             second = run(textwrap.dedent(_SPRUCE.format(src=here, warm=args.warm)), e)
         print(f"  spruce: 1st process {first}, 2nd process {second}", flush=True)
-        rows["spruce cold (1st process)"].append(float(first["cold"]))  # type: ignore[arg-type]
-        rows["spruce cold (2nd process)"].append(float(second["cold"]))  # type: ignore[arg-type]
-        rows["spruce warm"].append(statistics.median(first["warm"] + second["warm"]))  # type: ignore[operator]
+        add("spruce cold (1st process)", first, "cold")
+        add("spruce cold (2nd process)", second, "cold")
+        add("spruce warm", {k: first[k] + second[k] for k in ("warm", "warm_cpu")}, "warm")
         if not args.no_torch:
             t = run(textwrap.dedent(_TORCH.format(src=here, warm=args.warm)), env)
             print(f"  torch: {t}", flush=True)
-            rows["torch cold"].append(float(t["cold"]))  # type: ignore[arg-type]
-            rows["torch warm"].append(statistics.median(t["warm"]))  # type: ignore[arg-type]
+            add("torch cold", t, "cold")
+            add("torch warm", t, "warm")
     print(f"{N_SENTENCES} sentences of 3-60 words, 2 threads; medians of {args.repeat} processes")
-    print(f"{'':28} {'seconds':>8} {'sentences/s':>12}")
-    for name, xs in rows.items():
-        if xs:
-            m = statistics.median(xs)
-            print(f"{name:28} {m:8.2f} {N_SENTENCES / m:12.0f}   (runs: {', '.join(f'{x:.2f}' for x in xs)})")
+    print(f"{'':28} {'wall s':>8} {'CPU s':>8} {'sentences/s':>12}")
+    for name in names:
+        if wall[name]:
+            m, c = statistics.median(wall[name]), statistics.median(cpu[name])
+            print(f"{name:28} {m:8.2f} {c:8.2f} {N_SENTENCES / m:12.0f}   "
+                  f"(wall: {', '.join(f'{x:.2f}' for x in wall[name])}; CPU: {', '.join(f'{x:.2f}' for x in cpu[name])})")
+    if wall["torch warm"]:
+        print("spruce / sentence-transformers (wall, CPU):")
+        for ours, theirs in (("spruce warm", "torch warm"), ("spruce cold (1st process)", "torch cold"),
+                             ("spruce cold (2nd process)", "torch cold")):
+            print(f"  {ours:28} {statistics.median(wall[ours]) / statistics.median(wall[theirs]):.2f}  "
+                  f"{statistics.median(cpu[ours]) / statistics.median(cpu[theirs]):.2f}")
 
 
 if __name__ == "__main__":

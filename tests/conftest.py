@@ -17,7 +17,9 @@ Results that are exact on every processor (a copy, a gather, ``2 * ones``) stay 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 
 import hypothesis
 
@@ -33,6 +35,17 @@ hypothesis.settings.register_profile(
     suppress_health_check=[hypothesis.HealthCheck.too_slow],
 )
 hypothesis.settings.load_profile("spruce")
+
+
+# JAX's persistent compilation cache of ``spruce demo`` and of ``minilm.encode`` (when asked for
+# by $SPRUCE_JAX_CACHE) goes to a folder of this test run, removed at its end, never to the
+# user's ~/.cache; subprocesses inherit it.
+_JAX_CACHE = tempfile.mkdtemp(prefix="spruce-tests-jax-cache-")
+os.environ["SPRUCE_JAX_CACHE"] = _JAX_CACHE
+
+
+def pytest_unconfigure(config):  # type: ignore[no-untyped-def]
+    shutil.rmtree(_JAX_CACHE, ignore_errors=True)
 
 
 def pytest_configure(config):  # type: ignore[no-untyped-def]

@@ -418,6 +418,22 @@ def test_demo_runs_and_writes_its_pictures(tmp_path: Any, capsys: Any) -> None:
     assert 'data-path="embeddings.word_embeddings.weight" data-bytes="46881792"' in svg
 
 
+def test_demo_leaves_no_temporary_folder(tmp_path: Any, monkeypatch: Any, capsys: Any) -> None:
+    import tempfile
+
+    import spruce._demo
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # (tempfile caches the folder it chose)
+    code, out, err = run(capsys, "demo")
+    assert code == 0 and err == "" and out.count("ok spruce.io.load") == 2
+    assert "temporary folder, now removed with the checkpoint: `spruce demo --out DIR` keeps all three" in out
+    assert list(scratch.iterdir()) == []
+    assert tempfile.gettempdir() == str(scratch)  # the demo's temporary folder was made there
+
+
 def test_missing_rich_is_one_line(monkeypatch: Any, capsys: Any) -> None:
     for name in [m for m in sys.modules if m == "rich" or m.startswith("rich.")]:
         monkeypatch.delitem(sys.modules, name)

@@ -171,7 +171,10 @@ def test_decode_weighted_average_around_argmax() -> None:
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"sample_rate": 44100}, "sampled at 16000 Hz, got sample_rate=44100"),
+        ({"sample_rate": 0}, "sample_rate must be a positive whole number of Hz, got 0"),
+        ({"sample_rate": 44100.5}, "sample_rate must be a positive whole number of Hz, got 44100.5"),
+        ({"sample_rate": True}, "sample_rate must be a positive whole number of Hz, got True"),
+        ({"sample_rate": "16000"}, "sample_rate must be a positive whole number of Hz, got '16000'"),
         ({"capacity": "medium"}, "capacity must be 'full' or 'tiny'"),
         ({"hop_length": 0}, "hop_length must be an int >= 1"),
         ({"hop_length": 16.5}, "hop_length must be an int >= 1"),
@@ -225,3 +228,67 @@ def test_empty_without_centre_and_batching_is_invisible() -> None:
     whole = crepe.activations(audio, capacity="tiny", hop_length=hop)
     small = crepe.activations(audio, capacity="tiny", hop_length=hop, batch_size=4)  # 21 frames: 6 batches
     np.testing.assert_allclose(small, whole, atol=1e-6)
+
+
+# -- other sample rates: resampling to 16 kHz -----------------------------------------------------
+
+
+def _tone(f0: float, rate: int, seconds: float) -> np.ndarray:
+    return np.sin(2 * np.pi * f0 * np.arange(int(rate * seconds)) / rate)
+
+
+@pytest.mark.parametrize("rate", [44100, 48000, 22050, 11025, 8000])
+def test_resample_matches_the_analytic_sine(rate: int) -> None:
+    for f0 in (440.0, 3000.0):
+        x = _tone(f0, rate, 0.5)
+        y = crepe.resample(x, rate)
+        assert y.dtype == np.float32 and y.shape == (-(-len(x) * 16000 // rate),)
+        # away from the ends (where the filter reaches past the signal into zeros)
+        n = np.arange(300, len(y) - 300)
+        np.testing.assert_allclose(y[n], np.sin(2 * np.pi * f0 * n / 16000), rtol=0, atol=1e-5, err_msg=f"{rate} {f0}")
+    # and to another target: 16 kHz -> 22.05 kHz
+    z = crepe.resample(_tone(440.0, 16000, 0.5), 16000, 22050)
+    m = np.arange(400, len(z) - 400)
+    np.testing.assert_allclose(z[m], np.sin(2 * np.pi * 440.0 * m / 22050), rtol=0, atol=1e-5)
+
+
+def test_resample_is_band_limited() -> None:
+    # 44.1 kHz tones above 8 kHz, the Nyquist frequency at 16 kHz, must not alias into the output
+    for f0 in (8800.0, 10000.0, 15000.0):
+        y = crepe.resample(_tone(f0, 44100, 0.5), 44100)[300:-300]
+        assert float(np.sqrt(np.mean(y.astype(np.float64) ** 2))) < 1e-5, f0
+    # a constant: the gain at 0 Hz is 1 (at every phase the taps sum to 1)
+    y = crepe.resample(np.ones(44100), 44100)
+    np.testing.assert_allclose(y[300:-300], 1.0, rtol=0, atol=1e-6)
+
+
+def test_resample_equal_rates_and_bad_arguments() -> None:
+    x = np.linspace(-1, 1, 100)
+    y = crepe.resample(x, 16000)
+    assert y.dtype == np.float32 and np.array_equal(y, x.astype(np.float32))
+    assert crepe.resample(np.zeros(0), 44100).shape == (0,)
+    for bad in (0, -16000, 22050.5, True, float("nan"), None):
+        with pytest.raises(ValueError, match="orig_sr must be a positive whole number of Hz"):
+            crepe.resample(x, bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="target_sr must be a positive whole number of Hz, got 0"):
+        crepe.resample(x, 16000, 0)
+    with pytest.raises(ValueError, match="one channel"):
+        crepe.resample(np.zeros((2, 100)), 44100)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        crepe.resample(np.array([0.0, np.nan]), 44100)
+
+
+@needs_weights
+@pytest.mark.parametrize("rate", [44100, 22050])
+def test_tones_at_other_sample_rates_within_25_cents(rate: int) -> None:
+    for f0 in (196.0, 440.0, 1000.0):
+        audio = _tone(f0, rate, 0.3).astype(np.float32)
+        freq, conf = crepe.predict(audio, rate, capacity="tiny")
+        assert freq.shape == conf.shape == (1 + -(-len(audio) * 16000 // rate) // 160,)
+        inner = slice(4, -4)  # frames whose window lies inside the tone
+        assert _cents(freq[inner], f0).max() <= 25, (rate, f0, _cents(freq[inner], f0).max())
+        assert conf[inner].min() > 0.5, (rate, f0, conf[inner].min())
+        # the same activations as the tone synthesised at 16 kHz, inside the tone
+        direct = crepe.activations(_tone(f0, 16000, 0.3), capacity="tiny")
+        got = crepe.activations(audio, rate, capacity="tiny")
+        np.testing.assert_allclose(got[inner], direct[inner], rtol=0, atol=1e-3, err_msg=f"{rate} {f0}")

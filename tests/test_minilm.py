@@ -90,7 +90,8 @@ def test_lone_surrogate_is_refused_before_the_model_runs(monkeypatch: pytest.Mon
     def no_model() -> None:
         raise AssertionError("the model was loaded for input that should have been refused")
 
-    monkeypatch.setattr(minilm, "_get_encoder", no_model)
+    monkeypatch.setattr(minilm, "_get_text", no_model)
+    monkeypatch.setattr(minilm, "_get_weights", no_model)
     with pytest.raises(ValueError, match=r"sentences\[0\] is not valid Unicode text: lone surrogate '\\ud800' at position 0"):
         minilm.encode(["\ud800"])
     with pytest.raises(ValueError, match=r"sentences\[1\] .* lone surrogate '\\udcff' at position 3"):
@@ -100,17 +101,70 @@ def test_lone_surrogate_is_refused_before_the_model_runs(monkeypatch: pytest.Mon
     assert minilm.encode([]).shape == (0, 384)
 
 
-def test_one_compilation_per_bucket() -> None:
-    texts = ["hi", "a sentence of about ten tokens, give or take one"]
-    lengths = [len(minilm._get_encoder().tokenizer.encode(t).ids) for t in texts]
-    assert lengths[0] < lengths[1] <= 16  # two lengths, one bucket of 16 tokens
-    minilm.encode(["warm up"])  # (1 sentence, 16 tokens): compiled at most once, here
-    minilm.encode(["w", "a", "r", "m"])  # (4 sentences, 16 tokens)
-    traces, cached = minilm._traces, minilm._embed_jit._cache_size()
+def _random_sentences(n: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    words = "the cat sat on a mat while stocks fell sharply and someone played guitar on stage".split()
+    return [" ".join(rng.choice(words, int(rng.integers(3, 61)))) for _ in range(n)]
+
+
+def test_one_compilation_for_any_mix_of_lengths() -> None:
+    # Sentences are packed into rows of 128 tokens: one compiled shape per row count, whatever
+    # their lengths.
+    texts = ["hi", "a sentence of about ten tokens, give or take one", "x " * 60]
+    minilm.encode(["warm up"])  # one row
+    traces, compiled = minilm._traces, dict(minilm._compiled)
     for text in texts:
         minilm.encode([text])
-    minilm.encode(texts + ["a third sentence"])  # 3 sentences: padded to the batch bucket of 4
-    assert (minilm._traces, minilm._embed_jit._cache_size()) == (traces, cached)
+    minilm.encode(texts)  # 3 + 12 + 62 tokens: still one row
+    assert (minilm._traces, minilm._compiled) == (traces, compiled)
+    many = minilm.encode(_random_sentences(48, 0))  # about 13 rows: calls of 4 rows
+    assert minilm._traces == traces + 1 and len(minilm._compiled) == len(compiled) + 1
+    minilm.encode(_random_sentences(100, 1))  # about 27 rows: the same shape
+    assert minilm._traces == traces + 1
+    # packing does not change the results: each sentence alone gives the same embedding
+    some = _random_sentences(48, 0)[:3]
+    np.testing.assert_allclose(minilm.encode(some), many[:3], rtol=0, atol=1e-5)
+
+
+def test_packing() -> None:
+    rng = np.random.default_rng(0)
+    for seed in range(20):
+        lengths = [int(n) for n in rng.integers(2, 129 if seed % 2 else 40, int(rng.integers(1, 300)))]
+        rows = minilm._pack(lengths, 128)
+        assert sorted(i for row in rows for i in row) == list(range(len(lengths)))  # each sentence once
+        for row in rows:
+            assert sum(lengths[i] for i in row) <= 128 and len(row) <= 64
+        # best-fit decreasing wastes little: at most one row more than the tokens need, plus
+        # the rows that long sentences leave unfillable (no two above 64 tokens share a row)
+        long = sum(n > 64 for n in lengths)
+        assert len(rows) <= max(long, -(-sum(lengths) // 128)) + 1 + long // 2, (seed, len(rows))
+    assert minilm._pack([2] * 100, 128) == [list(range(64)), list(range(64, 100))]  # 64 sentences at most
+
+
+def test_compilation_cache_is_opt_in(tmp_path: pathlib.Path) -> None:
+    # A fresh interpreter: JAX's configuration is process-wide.  encode leaves it alone by
+    # default; enable_compilation_cache turns the cache on, and then what encode compiles
+    # is written there.
+    code = f"""
+import os, pathlib, jax
+from spruce.models import minilm
+minilm.encode(["a first sentence"])
+assert jax.config.jax_compilation_cache_dir is None, jax.config.jax_compilation_cache_dir
+os.environ[minilm.CACHE_ENV] = "off"
+assert minilm.enable_compilation_cache() is None and jax.config.jax_compilation_cache_dir is None
+folder = pathlib.Path({str(tmp_path / "cache")!r})
+assert minilm.enable_compilation_cache(folder) == folder and folder.is_dir()
+assert jax.config.jax_compilation_cache_dir == str(folder)
+assert oct(folder.stat().st_mode & 0o777) == oct(0o700)
+minilm.encode(["two", "sentences"] * 40, batch_size=64)   # 2 rows, a new shape: compiled, and cached
+assert any(folder.iterdir()), "nothing was written to the cache"
+assert minilm.enable_compilation_cache(pathlib.Path(folder, "other")) == folder  # already on: kept
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k != minilm.CACHE_ENV}
+    env["PYTHONPATH"] = str(pathlib.Path(spruce.__file__).parents[1])
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
 def test_load_parameter_count() -> None:
@@ -203,6 +257,27 @@ def test_padding_does_not_change_real_tokens() -> None:
     assert float(jnp.abs(padded[4:] - padded[:3]).max()) > 1e-3  # the model is not trivial
 
 
+def test_packed_sequences_equal_separate_ones() -> None:
+    # Two sequences in one: positions restarting at the second, a block-diagonal mask.
+    model = _random_tiny_model(2)
+    a, b = jnp.array([1, 7, 3, 2]), jnp.array([1, 9, 2])
+    ids = jnp.array([1, 7, 3, 2, 1, 9, 2, 0])
+    positions = jnp.array([0, 1, 2, 3, 0, 1, 2, 0])
+    segments = jnp.array([1, 1, 1, 1, 2, 2, 2, 0])
+    mask = segments[:, None] == segments[None, :]
+
+    @jax.jit
+    def run(model: BertModel) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        return model(a), model(b), model(ids, mask, position_ids=positions), model(ids)
+
+    alone_a, alone_b, packed, plain = run(model)
+    np.testing.assert_allclose(packed[:4], alone_a, atol=1e-5)
+    np.testing.assert_allclose(packed[4:7], alone_b, atol=1e-5)
+    assert float(jnp.abs(plain[4:7] - alone_b).max()) > 1e-3  # without them, b is not alone
+    with pytest.raises(ValueError, match=r"position_ids must have the shape of input_ids, \(8,\), got \(7,\)"):
+        jax.eval_shape(model, ids, None, None, positions[:7])
+
+
 def test_bert_config_errors() -> None:
     with pytest.raises(ValueError, match="multiple of num_attention_heads"):
         BertConfig(hidden_size=10, num_attention_heads=3)
@@ -225,8 +300,3 @@ def test_compilation_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: pathli
         assert minilm.compilation_cache_dir() is None
 
 
-def test_length_buckets_waste_at_most_a_third() -> None:
-    for n in range(1, 257):
-        b = minilm._length_bucket(n, 256)
-        assert n <= b <= 256 and b in minilm._LENGTHS
-        assert n <= 16 or b <= 1.5 * n

@@ -167,9 +167,11 @@ class BertEmbeddings(Module):
     shape ``(1, max_position_embeddings)`` (a NumPy array; kept as a leaf so that checkpoints
     round-trip whole).
 
-    Call: ``emb(input_ids, token_type_ids=None)`` with integer arrays of shape ``(L,)``,
-    ``L <= max_position_embeddings`` (ValueError otherwise); token types default to 0.  Returns
-    ``(L, hidden_size)`` float32.
+    Call: ``emb(input_ids, token_type_ids=None, position_ids=None)`` with integer arrays of
+    shape ``(L,)``, ``L <= max_position_embeddings`` (ValueError otherwise); token types default
+    to 0, positions to ``0, 1, ..., L - 1`` (pass them to restart the positions, e.g. for
+    several sequences packed into one; each must be below ``max_position_embeddings``, as in
+    Hugging Face's ``BertEmbeddings``).  Returns ``(L, hidden_size)`` float32.
     """
 
     word_embeddings: nn.Embedding
@@ -187,7 +189,8 @@ class BertEmbeddings(Module):
         self.layer_norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
         self.position_ids = np.arange(config.max_position_embeddings, dtype=np.int64)[None, :]
 
-    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array | None = None) -> jax.Array:
+    def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array | None = None,
+                 position_ids: jax.Array | None = None) -> jax.Array:
         length = jnp.shape(input_ids)[0]
         if jnp.ndim(input_ids) != 1 or length > self.position_embeddings.num_embeddings:
             raise ValueError(
@@ -197,7 +200,12 @@ class BertEmbeddings(Module):
             )
         if token_type_ids is None:
             token_type_ids = jnp.zeros((length,), jnp.int32)
-        positions = jnp.asarray(self.position_ids)[0, :length]
+        if position_ids is None:
+            positions = jnp.asarray(self.position_ids)[0, :length]
+        elif jnp.shape(position_ids) != (length,):
+            raise ValueError(f"BertEmbeddings: position_ids must have the shape of input_ids, {(length,)}, got {jnp.shape(position_ids)}")
+        else:
+            positions = jnp.asarray(position_ids)
         x = (
             self.word_embeddings(input_ids)
             + self.position_embeddings(positions)
@@ -220,9 +228,11 @@ class BertLayer(Module):
     ``attention_norm``, ``intermediate`` (Linear hidden -> intermediate), ``output`` (Linear
     intermediate -> hidden), ``output_norm``; ``activation`` (static, a name in ACTIVATIONS).
 
-    Call: ``layer(x, mask=None)`` with ``x`` of shape ``(L, hidden_size)`` and ``mask`` a
-    boolean ``(L,)`` array, True for real tokens (keys where it is False get no attention).
-    Returns ``(L, hidden_size)``.
+    Call: ``layer(x, mask=None)`` with ``x`` of shape ``(L, hidden_size)`` and ``mask`` either
+    a boolean ``(L,)`` array, True for real tokens (keys where it is False get no attention),
+    or a boolean ``(L, L)`` array, True where query ``i`` may attend to key ``j`` (e.g.
+    block-diagonal for packed sequences; give every query at least one key).  Returns
+    ``(L, hidden_size)``.
     """
 
     attention: nn.MultiheadAttention
@@ -248,7 +258,12 @@ class BertLayer(Module):
 
     def __call__(self, x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
         length = x.shape[0]
-        pair_mask = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool)[None, :], (length, length))
+        if mask is None:
+            pair_mask = None
+        elif jnp.ndim(mask) == 2:
+            pair_mask = jnp.asarray(mask, bool)
+        else:
+            pair_mask = jnp.broadcast_to(jnp.asarray(mask, bool)[None, :], (length, length))
         a = _tokens(self.attention_norm, x + self.attention(x, x, x, pair_mask))
         act = ACTIVATIONS[self.activation]
         h = act(_tokens(self.intermediate, a))
@@ -266,10 +281,11 @@ class BertModel(Module):
       key: PRNG key (keyword-only), split between the embeddings, the layers and the pooler.
         Random weights are only useful as a skeleton to load a checkpoint into, or for tests.
 
-    Call: ``model(input_ids, attention_mask=None, token_type_ids=None)`` on one sequence:
-    ``input_ids`` integer ``(L,)``, ``attention_mask`` ``(L,)`` (nonzero / True for real
-    tokens, zero for padding; default all real), ``token_type_ids`` integer ``(L,)`` (default
-    zeros).  Returns the last hidden state, float32 ``(L, hidden_size)``, as
+    Call: ``model(input_ids, attention_mask=None, token_type_ids=None, position_ids=None)`` on
+    one sequence: ``input_ids`` integer ``(L,)``, ``attention_mask`` ``(L,)`` (nonzero / True
+    for real tokens, zero for padding; default all real) or ``(L, L)`` (query ``i`` may attend
+    to key ``j``, as ``BertLayer``'s mask), ``token_type_ids`` integer ``(L,)`` (default
+    zeros), ``position_ids`` integer ``(L,)`` (default ``0, ..., L - 1``).  Returns the last hidden state, float32 ``(L, hidden_size)``, as
     ``BertModel(...).last_hidden_state`` of Hugging Face transformers.  ``model.pool(hidden)``
     gives the pooled ``(hidden_size,)`` vector.
 
@@ -304,8 +320,9 @@ class BertModel(Module):
         input_ids: jax.Array,
         attention_mask: jax.Array | None = None,
         token_type_ids: jax.Array | None = None,
+        position_ids: jax.Array | None = None,
     ) -> jax.Array:
-        x = self.embeddings(input_ids, token_type_ids)
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
         mask = None if attention_mask is None else jnp.asarray(attention_mask) != 0
         for layer in self.layers:
             x = layer(x, mask)

@@ -9,16 +9,18 @@ for this model: WordPiece tokens truncated to ``max_seq_length`` (256, from
 tokens, then L2 normalisation.
 
 Public API: ``load()`` (the Module), ``encode(sentences)`` (the embeddings), ``model_path()``,
-``EMBEDDING_SIZE``.  The ``spruce demo`` command that shows them is in ``spruce._demo``.
+``EMBEDDING_SIZE``, and ``enable_compilation_cache()``.  The ``spruce demo`` command that
+shows them is in ``spruce._demo``.
 
-Design: ``encode`` sorts the sentences by length and cuts them into batches (as
-sentence-transformers does), and runs one ``jax.jit``-compiled function, ``jax.vmap`` over the
-batch and ``jax.lax.scan`` over the layers, on batches padded to a few lengths (16, 24, 32,
-48, 64, 96, 128, 192, 256 tokens) with ``batch_size`` rows (the last batch: a power of two),
-so at most a handful of shapes are ever compiled, each quickly.  The model on device, the
-tokenizer and the compiled functions are cached per process, and the compiled functions also
-on disk by JAX's persistent compilation cache (``compilation_cache_dir()``; set
-``SPRUCE_JAX_CACHE=off`` to turn it off), so a second process does not compile again.
+Design: ``encode`` packs the sentences, longest first, into rows of 128 tokens (256 when a
+sentence is longer), several per row with a block-diagonal attention mask, and runs one
+``jax.jit``-compiled function (``jax.vmap`` over the rows, ``jax.lax.scan`` over the layers)
+on a fixed number of rows per call: one shape is compiled whatever the lengths, during the
+first call while the weights load.  The model on device, the tokenizer and the compiled
+function are cached per process.  JAX's persistent compilation cache, which keeps compiled
+programs on disk for later processes, is process-wide configuration, so ``encode`` leaves it
+alone unless asked (``enable_compilation_cache()``, or ``$SPRUCE_JAX_CACHE`` naming a folder);
+a cache the user configured in JAX is used as it is.
 """
 
 from __future__ import annotations
@@ -42,7 +44,15 @@ from .bert import BertConfig, BertModel, checkpoint_key
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["CACHE_ENV", "EMBEDDING_SIZE", "compilation_cache_dir", "encode", "load", "model_path"]
+__all__ = [
+    "CACHE_ENV",
+    "EMBEDDING_SIZE",
+    "compilation_cache_dir",
+    "enable_compilation_cache",
+    "encode",
+    "load",
+    "model_path",
+]
 
 #: Size of one embedding (the model's hidden size).
 EMBEDDING_SIZE = 384
@@ -121,54 +131,80 @@ def load(path: str | os.PathLike[str] | None = None) -> BertModel:
         return _models.setdefault(folder, model)
 
 
-class _Encoder(NamedTuple):
-    """What ``encode`` needs, built once per process: the model on device split for
-    ``_embed_batch`` (the embeddings; the layers' arrays stacked along a new leading axis, and
-    the static rest of one layer), and the tokenizer."""
+class _Text(NamedTuple):
+    """The text side of ``encode``, built once per process (fast: no weights are read): the
+    tokenizer, the truncation length and the model's config."""
+
+    tokenizer: Tokenizer
+    max_length: int
+    config: BertConfig
+
+
+class _Weights(NamedTuple):
+    """The model on device, split for ``_embed_packed``: the embeddings; the six layers' arrays
+    stacked along a new leading axis (for ``jax.lax.scan``); the static rest of one layer."""
 
     model: BertModel
     embeddings: Any
     layers: Any
     layer_static: Any
-    tokenizer: Tokenizer
-    max_length: int
 
 
-_encoder: _Encoder | None = None
+_text: _Text | None = None
+_weights: _Weights | None = None
+#: Compiled ``_embed_packed`` per (rows, row length), built ahead of the first call of a shape.
+_compiled: dict[tuple[int, int], Any] = {}
+# (its own lock: ``_lock`` is held while the weights load, which compilation must not wait for)
+_compiled_lock = threading.Lock()
 
 
-def _get_encoder() -> _Encoder:
-    global _encoder
+def _get_text() -> _Text:
+    global _text
     with _lock:
-        if _encoder is None:
+        if _text is None:
             from tokenizers import Tokenizer
 
             folder = _folder(None)
             max_length = _max_seq_length(folder)
+            config = BertConfig.from_json(folder / "config.json")
             tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
             # tokenizer.json itself pads and truncates to 128: sentence-transformers truncates to
-            # max_seq_length instead, and padding is done here, to bucket lengths.
+            # max_seq_length instead, and padding is done here, when packing rows.
             tok.no_padding()
             tok.enable_truncation(max_length)
-            _enable_compilation_cache()
-            model = jax.device_put(load())
-            arrays, static = spruce.partition(list(model.layers), spruce.is_array)
-            stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *arrays)
-            _encoder = _Encoder(model, model.embeddings, stacked, static[0], tok, max_length)
-        return _encoder
+            _maybe_enable_compilation_cache()
+            _text = _Text(tok, max_length, config)
+        return _text
 
 
-#: Environment variable naming the folder of JAX's persistent compilation cache used by
-#: ``encode``; empty, ``0`` or ``off`` turns the cache off.
+def _split_layers(layers: Any) -> tuple[Any, Any]:
+    """The layers' arrays stacked along a new leading axis (with NumPy, on the host: stacking
+    on device would compile one small program per leaf shape), and one layer's static part."""
+    arrays, static = spruce.partition(list(layers), spruce.is_array)
+    return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *arrays), static[0]
+
+
+def _get_weights() -> _Weights:
+    global _weights
+    with _lock:
+        if _weights is None:
+            model = load()
+            stacked, static = _split_layers(model.layers)
+            embeddings, stacked = jax.device_put((model.embeddings, stacked))
+            _weights = _Weights(model, embeddings, stacked, static)
+        return _weights
+
+
+#: Environment variable for JAX's persistent compilation cache: a folder turns it on there for
+#: ``encode`` too; empty, ``0`` or ``off`` keeps ``enable_compilation_cache()`` from turning it on.
 CACHE_ENV = "SPRUCE_JAX_CACHE"
 
 
 def compilation_cache_dir() -> pathlib.Path | None:
-    """The folder where ``encode`` keeps JAX's persistent compilation cache, or None if off.
+    """The folder ``enable_compilation_cache()`` uses, or None if it is turned off.
 
-    ``$SPRUCE_JAX_CACHE`` if set (empty, ``0`` or ``off``: no cache), else
-    ``$XDG_CACHE_HOME/spruce/jax`` (``~/.cache/spruce/jax``).  JAX keys each entry by the
-    computation, the JAX and jaxlib versions and the device, so stale entries are never used.
+    ``$SPRUCE_JAX_CACHE`` if set (empty, ``0``, ``off``, ``false`` or ``no``: None), else
+    ``$XDG_CACHE_HOME/spruce/jax`` (``~/.cache/spruce/jax``).
     """
     env = os.environ.get(CACHE_ENV)
     if env is not None:
@@ -177,59 +213,104 @@ def compilation_cache_dir() -> pathlib.Path | None:
     return pathlib.Path(base) / "spruce" / "jax"
 
 
-def _enable_compilation_cache() -> None:
-    """Turn on JAX's persistent compilation cache (in ``compilation_cache_dir()``) unless the
-    user configured one or turned it off, so that a second process does not compile the length
-    buckets again.  The setting is process-wide (JAX has one cache): other jitted functions
-    that take over 0.1 s to compile are cached too.  The folder is created private (0o700): a
-    compilation cache is trusted code."""
-    if getattr(jax.config, "jax_compilation_cache_dir", None):  # the user's own cache: leave it as it is
-        return
-    folder = compilation_cache_dir()
+def enable_compilation_cache(path: str | os.PathLike[str] | None = None) -> pathlib.Path | None:
+    """Turn on JAX's persistent compilation cache, so that a later process reads the program
+    ``encode`` compiled instead of compiling it again.
+
+    ``encode`` does not do this on its own: the setting is process-wide (JAX has one cache,
+    and every jitted function of the process that compiles for over 0.1 s is then written to
+    it), so it is the caller's choice.  ``encode`` calls it only when ``$SPRUCE_JAX_CACHE``
+    names a folder; the ``spruce demo`` command calls it.  Setting JAX's
+    ``jax_compilation_cache_dir`` yourself does the same, and ``encode`` uses that cache.
+
+    Args:
+      path: the folder (created private, mode 0o700: a compilation cache holds code that
+        will be run); default ``compilation_cache_dir()``.
+
+    Returns:
+      The folder in use: JAX's already configured ``jax_compilation_cache_dir`` if there is
+      one (left as it is), else ``path``; None, changing nothing, when ``path`` is None and
+      ``$SPRUCE_JAX_CACHE`` is off, or when the folder cannot be created (a read-only home).
+      JAX keys each entry by the computation, the JAX and jaxlib versions and the device, so
+      stale entries are never used.
+    """
+    current = getattr(jax.config, "jax_compilation_cache_dir", None)
+    if current:  # the user's own cache: leave it as it is
+        return pathlib.Path(current)
+    folder = pathlib.Path(path) if path is not None else compilation_cache_dir()
     if folder is None:
-        return
+        return None
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError:
-        return  # a read-only home: run without the cache
+        return None
     from jax.experimental.compilation_cache import compilation_cache
 
     jax.config.update("jax_compilation_cache_dir", str(folder))  # type: ignore[no-untyped-call]
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)  # type: ignore[no-untyped-call]
     compilation_cache.reset_cache()  # (JAX decides once per process whether a cache is used)
+    return folder
 
 
-# Number of times the batch function below has been traced (i.e. compiled) in this process.
+def _maybe_enable_compilation_cache() -> None:
+    """``enable_compilation_cache()`` if ``$SPRUCE_JAX_CACHE`` names a folder (an explicit
+    request); otherwise JAX's configuration is left alone."""
+    if os.environ.get(CACHE_ENV) and compilation_cache_dir() is not None:
+        enable_compilation_cache()
+
+
+# Number of times the packed function below has been traced (i.e. compiled) in this process.
 _traces = 0
 
 
-def _embed_batch(embeddings: Any, layers: Any, layer_static: Any, input_ids: jax.Array, attention_mask: jax.Array) -> jax.Array:
-    """Unit-norm mean-pooled embeddings of a padded batch: int32 ``(B, L)`` ids and mask
-    (1 for real tokens) -> float32 ``(B, hidden)``.  A row whose mask is all zero gives zeros.
+def _forward(embeddings: Any, layers: Any, layer_static: Any, ids: jax.Array, positions: jax.Array,
+             segments: jax.Array, num_segments: int) -> jax.Array:
+    """One row: int32 ``(L,)`` token ids, positions and segment numbers (0 for padding, ``s``
+    for the tokens of the row's ``s``-th sentence) -> float32 ``(num_segments, hidden)``, the
+    unit-norm mean-pooled embedding of each segment ``1..num_segments`` (zeros for an empty one).
 
-    The model is ``BertModel.__call__`` written as a ``jax.lax.scan`` over the layers (their
-    arrays stacked, ``_Encoder.layers``): the same computation, but XLA compiles one layer
-    instead of six, which makes each new bucket shape compile several times faster."""
+    The model is ``BertModel.__call__`` with a block-diagonal attention mask (a token sees only
+    the tokens of its own segment, so the sentences of a row do not interact: padding sees
+    padding) and positions restarting at each sentence, written as a ``jax.lax.scan`` over the
+    layers: the same computation, but XLA compiles one layer instead of six."""
+    pair = segments[:, None] == segments[None, :]
+
+    def step(x: jax.Array, arrays: Any) -> tuple[jax.Array, None]:
+        return spruce.combine(arrays, layer_static)(x, pair), None
+
+    hidden, _ = jax.lax.scan(step, embeddings(ids, None, positions), layers)
+    onehot = (segments[:, None] == jnp.arange(1, num_segments + 1)[None, :]).astype(hidden.dtype)
+    # Mean over each sentence's tokens, then x / max(|x|, 1e-12): the semantics of
+    # sentence-transformers' Pooling (mean tokens, count clamped at 1e-9) and Normalize.
+    sums = jnp.einsum("lk,lh->kh", onehot, hidden)
+    mean = sums / jnp.maximum(jnp.sum(onehot, axis=0), 1e-9)[:, None]
+    return mean / jnp.maximum(jnp.linalg.norm(mean, axis=-1, keepdims=True), 1e-12)
+
+
+def _embed_packed(embeddings: Any, layers: Any, layer_static: Any, input_ids: jax.Array,
+                  position_ids: jax.Array, segment_ids: jax.Array) -> jax.Array:
+    """Packed rows: int32 ``(R, L)`` ids, positions and segment numbers (see ``_forward``) ->
+    float32 ``(R, L // 2, hidden)``, the embedding of segment ``s`` of row ``r`` at
+    ``[r, s - 1]`` (a row of ``L`` tokens holds at most ``L // 2`` sentences: each has
+    [CLS] and [SEP])."""
     global _traces
     _traces += 1
-
-    def one(ids: jax.Array, mask: jax.Array) -> jax.Array:
-        real = mask != 0
-
-        def step(x: jax.Array, arrays: Any) -> tuple[jax.Array, None]:
-            return spruce.combine(arrays, layer_static)(x, real), None
-
-        hidden, _ = jax.lax.scan(step, embeddings(ids), layers)
-        m = mask.astype(hidden.dtype)[:, None]
-        # Mean over the real tokens, then x / max(|x|, 1e-12): the semantics of
-        # sentence-transformers' Pooling (mean tokens, count clamped at 1e-9) and Normalize.
-        mean = jnp.sum(hidden * m, axis=0) / jnp.maximum(jnp.sum(m), 1e-9)
-        return mean / jnp.maximum(jnp.linalg.norm(mean), 1e-12)
-
-    return jax.vmap(one)(input_ids, attention_mask)
+    k = input_ids.shape[1] // 2
+    return jax.vmap(lambda i, p, s: _forward(embeddings, layers, layer_static, i, p, s, k))(
+        input_ids, position_ids, segment_ids)
 
 
-_embed_jit = jax.jit(_embed_batch)
+_embed_jit = jax.jit(_embed_packed)
+
+
+def _embed_batch(embeddings: Any, layers: Any, layer_static: Any, input_ids: jax.Array, attention_mask: jax.Array) -> jax.Array:
+    """Unit-norm mean-pooled embeddings of a padded batch, one sentence per row: int32
+    ``(B, L)`` ids and mask (1 for real tokens) -> float32 ``(B, hidden)``; a row whose mask is
+    all zero gives zeros.  ``_forward`` with one segment per row."""
+    segments = (jnp.asarray(attention_mask) != 0).astype(jnp.int32)
+    positions = jnp.broadcast_to(jnp.arange(segments.shape[1], dtype=jnp.int32), segments.shape)
+    return jax.vmap(lambda i, p, s: _forward(embeddings, layers, layer_static, i, p, s, 1)[0])(
+        input_ids, positions, segments)
 
 
 def _bucket(n: int, limit: int, smallest: int = 1) -> int:
@@ -247,23 +328,73 @@ def _bucket(n: int, limit: int, smallest: int = 1) -> int:
     return min(size, limit)
 
 
-# Padded sequence lengths: steps of at most 1.5x (a batch wastes at most a third of its tokens
-# on padding, about a sixth on average, against a half and a quarter for powers of two), few
-# enough that a first process compiles only a handful of shapes.
-_LENGTHS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+#: Tokens per packed row when every sentence fits (else the truncation length, 256).
+_ROW_LENGTH = 128
+#: ``batch_size`` counts sentences of this many tokens: a call takes ``batch_size * 16`` tokens
+#: (512 by default: 4 rows of 128, which ran as fast as 8 or 16 rows and wastes fewer empty
+#: rows in the last call).
+_TOKENS_PER_SENTENCE = 16
 
 
-def _length_bucket(n: int, limit: int) -> int:
-    """The padded length for a batch whose longest sentence has ``n`` tokens: the smallest
-    of ``_LENGTHS`` that holds it, capped at ``limit`` (the truncation length).
+def _row_length(longest: int, limit: int) -> int:
+    """Tokens per packed row for sentences of at most ``longest`` tokens: 128 (or ``limit``
+    if smaller) when they fit, else ``limit``, the truncation length.
 
-    >>> [_length_bucket(n, 256) for n in (2, 16, 17, 25, 50, 100, 200, 256)]
-    [16, 16, 24, 32, 64, 128, 256, 256]
+    >>> [_row_length(n, 256) for n in (2, 128, 129, 256)]
+    [128, 128, 256, 256]
     """
-    for size in _LENGTHS:
-        if size >= n:
-            return min(size, limit)
-    return limit
+    return min(_ROW_LENGTH, limit) if longest <= _ROW_LENGTH else limit
+
+
+def _pack(lengths: list[int], row_length: int) -> list[list[int]]:
+    """Sentences (by their token counts, each ``<= row_length``) packed into rows of
+    ``row_length`` tokens and at most ``row_length // 2`` sentences: best-fit decreasing, the
+    longest first, each into the fullest row that still has room (else a new row).  Returns
+    the rows as lists of sentence indices; O(n log n).
+
+    >>> _pack([100, 30, 60, 20, 28], 128)
+    [[0, 4], [2, 1, 3]]
+    """
+    import bisect
+
+    cap = row_length // 2
+    rows: list[list[int]] = []
+    free: list[tuple[int, int]] = []  # (free tokens, row) of the rows with room, sorted
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        need = lengths[i]
+        j = bisect.bisect_left(free, (need, -1))
+        if j == len(free):
+            r, room = len(rows), row_length - need
+            rows.append([i])
+        else:
+            room, r = free.pop(j)
+            room -= need
+            rows[r].append(i)
+        if room > 0 and len(rows[r]) < cap:
+            bisect.insort(free, (room, r))
+    return rows
+
+
+def _get_compiled(rows: int, length: int, text: _Text) -> Any:
+    """``_embed_jit`` compiled for ``(rows, length)`` int32 inputs, from the shapes of the
+    weights only (``BertModel.skeleton``), so that it can run while the weights load."""
+    key = (rows, length)
+    with _compiled_lock:
+        compiled = _compiled.get(key)
+    if compiled is not None:
+        return compiled
+    skeleton = BertModel.skeleton(text.config)
+
+    def spec(x: Any, lead: tuple[int, ...] = ()) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(lead + np.shape(x), jax.dtypes.canonicalize_dtype(np.result_type(x)))  # type: ignore[no-untyped-call]
+
+    embeddings = jax.tree.map(spec, skeleton.embeddings)
+    arrays, static = spruce.partition(skeleton.layers[0], spruce.is_array)
+    layers = jax.tree.map(lambda x: spec(x, (len(skeleton.layers),)), arrays)
+    ints = jax.ShapeDtypeStruct((rows, length), jnp.int32)  # type: ignore[no-untyped-call]
+    compiled = _embed_jit.lower(embeddings, layers, static, ints, ints, ints).compile()
+    with _compiled_lock:
+        return _compiled.setdefault(key, compiled)
 
 
 def _check_sentences(sentences: Iterable[str]) -> list[str]:
@@ -296,8 +427,9 @@ def encode(sentences: Iterable[str], *, batch_size: int = _DEFAULT_BATCH_SIZE) -
     Args:
       sentences: a sequence (or any iterable) of str; the empty string is allowed.  A bare
         str is refused, to keep the result two-dimensional.
-      batch_size: the largest number of sentences run at once (default 32); batches are
-        padded up to a power of two (or to ``batch_size``).
+      batch_size: the work of one call of the compiled model, counted in sentences of 16
+        tokens (default 32, as sentence-transformers: 512 token positions per call, 4 rows of
+        128); it bounds memory and does not change the results beyond float rounding.
 
     Returns:
       A NumPy float32 array of shape ``(len(sentences), 384)``, row ``i`` for sentence ``i``,
@@ -313,10 +445,14 @@ def encode(sentences: Iterable[str], *, batch_size: int = _DEFAULT_BATCH_SIZE) -
       is not a positive int; ``load``'s errors on the first call.  All are checked before the
       model is loaded or run.
 
-    The first call loads the model (about a second) and each new (batch, length) bucket
-    compiles once (a fraction of a second), or is read from JAX's persistent compilation
-    cache if an earlier process compiled it (see ``compilation_cache_dir``); later calls only
-    run the model.
+    How: the sentences are packed, longest first, into rows of 128 tokens (256 if one is
+    longer), several sentences per row, each attending only to itself (a block-diagonal
+    attention mask, positions restarting at each sentence): no padding but at the ends of
+    rows, and one compiled shape, ``(batch_size // 8, 128)``, for any mix of lengths (fewer
+    rows, a power of two, for a small input).  The first call compiles it while the weights
+    load (about a second each); later calls only run the model.  JAX's persistent
+    compilation cache, if turned on (``enable_compilation_cache``), spares a new process even
+    that compilation; ``encode`` does not turn it on unless ``$SPRUCE_JAX_CACHE`` is set.
 
     >>> e = encode(["A cat sits on the mat.", "A kitten is sitting on a rug.", "Stocks fell."])
     >>> e.shape, e.dtype, bool(np.allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5))
@@ -330,25 +466,50 @@ def encode(sentences: Iterable[str], *, batch_size: int = _DEFAULT_BATCH_SIZE) -
     out = np.zeros((len(items), EMBEDDING_SIZE), np.float32)
     if not items:
         return out
-    enc = _get_encoder()
-    ids = [e.ids for e in enc.tokenizer.encode_batch(items, add_special_tokens=True)]
-    # As sentence-transformers: sort by length (longest first) and cut into batch_size
-    # chunks, so each batch holds sentences of similar length; each is padded to the length
-    # bucket of its longest sentence, and only the last (shortest) chunk can have fewer rows
-    # (padded up to a power of two).
-    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
-    pending = []
-    for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
-        length = _length_bucket(len(ids[chunk[0]]), enc.max_length)
-        rows = _bucket(len(chunk), batch_size)
-        batch_ids = np.zeros((rows, length), np.int32)
-        batch_mask = np.zeros((rows, length), np.int32)
-        for r, i in enumerate(chunk):
-            batch_ids[r, :len(ids[i])] = ids[i]
-            batch_mask[r, :len(ids[i])] = 1
-        # Dispatched asynchronously: the next batch is prepared while this one runs.
-        pending.append((chunk, _embed_jit(enc.embeddings, enc.layers, enc.layer_static, batch_ids, batch_mask)))
-    for chunk, result in pending:
-        out[chunk] = np.asarray(result)[:len(chunk)]
+    text = _get_text()
+    ids = [e.ids for e in text.tokenizer.encode_batch(items, add_special_tokens=True)]
+    lengths = [len(x) for x in ids]
+    length = _row_length(max(lengths), text.max_length)
+    rows = _pack(lengths, length)
+    per_call = max(1, batch_size * _TOKENS_PER_SENTENCE // length)
+    # One shape for every call: per_call rows (the last call padded with empty rows), or for a
+    # small input a power of two.
+    if len(rows) < per_call:
+        per_call = _bucket(len(rows), per_call)
+    total = -(-len(rows) // per_call) * per_call
+    input_ids = np.zeros((total, length), np.int32)
+    position_ids = np.zeros((total, length), np.int32)
+    segment_ids = np.zeros((total, length), np.int32)
+    where = np.zeros((len(items), 2), np.intp)  # (row, segment - 1) of each sentence
+    for r, row in enumerate(rows):
+        start = 0
+        for s, i in enumerate(row):
+            n = lengths[i]
+            input_ids[r, start:start + n] = ids[i]
+            position_ids[r, start:start + n] = np.arange(n)
+            segment_ids[r, start:start + n] = s + 1
+            where[i] = (r, s)
+            start += n
+    weights = _weights
+    if weights is None:
+        # The first call: compile while another thread reads the weights and puts them on
+        # the device (both take about a second; XLA compiles without holding the GIL).
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:
+            loading = pool.submit(_get_weights)
+            try:
+                compiled = _get_compiled(per_call, length, text)
+            finally:
+                weights = loading.result()
+    else:
+        compiled = _get_compiled(per_call, length, text)
+    # Dispatched asynchronously: the next call is prepared while this one runs.
+    results = [
+        compiled(weights.embeddings, weights.layers, weights.layer_static, input_ids[r:r + per_call],
+                 position_ids[r:r + per_call], segment_ids[r:r + per_call])
+        for r in range(0, total, per_call)
+    ]
+    packed = np.concatenate([np.asarray(x) for x in results])
+    out[:] = packed[where[:, 0], where[:, 1]]
     return out
