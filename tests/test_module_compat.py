@@ -11,7 +11,7 @@ import dataclasses
 import gc
 import inspect
 import weakref
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -188,6 +188,31 @@ def test_tree_at_count_mismatch_is_value_and_type_error() -> None:
     for cls in (ValueError, TypeError):
         with pytest.raises(cls, match="selected 2 places but replace has 3 values"):
             spruce.tree_at(lambda t: (t["a"], t["b"]), tree, (1, 2, 3))
+
+
+def test_tree_at_single_value_for_several_places_is_value_and_type_error() -> None:
+    tree = {"a": 1, "b": 2}
+    for cls in (ValueError, TypeError):
+        with pytest.raises(cls, match="selected 2 places, so replace must be a sequence of 2 values, got int"):
+            spruce.tree_at(lambda t: (t["a"], t["b"]), tree, 4)
+    assert tree == {"a": 1, "b": 2}
+
+
+# -- generics ------------------------------------------------------------------------------------
+
+
+def test_generic_module_keeps_orig_class() -> None:
+    T = TypeVar("T")
+
+    class Box(spruce.Module, Generic[T]):
+        x: Any
+
+    box = Box[int](3)
+    assert box.__orig_class__ == Box[int]
+    assert box.x == 3
+    assert spruce.tree.leaves(box) == [3]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        box.x = 4  # type: ignore[misc]
 
 
 # -- dtypes --------------------------------------------------------------------------------------

@@ -299,6 +299,11 @@ class Module(metaclass=_ModuleMeta):
     """
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name == "__orig_class__":
+            # Set by typing on ``SomeModule[int](...)`` after construction: not a field, and
+            # kept by the instance as typing intends (unflatten does not carry it over).
+            object.__setattr__(self, name, value)
+            return
         if id(self) in _building:
             info = type(self)._spruce_fields
             if name in info.provided:
