@@ -124,6 +124,85 @@ def test_mlp_gradient_is_mlp_shaped() -> None:
     assert type(g) is nn.MLP and st.structure(g) == st.structure(mlp)
 
 
+def _count_primitives(jaxpr: Any, name: str) -> int:
+    """Occurrences of primitive ``name`` in a (closed) jaxpr, sub-jaxprs included."""
+    count = 0
+    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+        count += eqn.primitive.name == name
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if hasattr(sub, "eqns"):  # a Jaxpr or ClosedJaxpr (scan's body, jit's inner jaxpr)
+                    count += _count_primitives(sub, name)
+    return count
+
+
+@pytest.mark.parametrize(
+    "in_size, out_size, depth, use_bias",
+    [(3, 2, 0, True), (3, 2, 1, True), (3, 2, 2, True), (3, 2, 5, False), ("scalar", "scalar", 4, True)],
+)
+def test_mlp_scan_equals_the_unrolled_mlp(in_size: Any, out_size: Any, depth: int, use_bias: bool) -> None:
+    kw = dict(activation=jax.nn.tanh, final_activation=jax.nn.sigmoid, use_bias=use_bias, key=KEY)
+    flat = nn.MLP(in_size, out_size, 6, depth, **kw)
+    deep = nn.MLP(in_size, out_size, 6, depth, scan=True, **kw)
+    assert deep.scan is True and flat.scan is False
+    if depth == 0:
+        assert len(deep.layers) == 1
+        np.testing.assert_array_equal(deep.layers[0].weight, flat.layers[0].weight)
+    else:
+        first, hidden, last = deep.layers
+        assert hidden.weight.shape == (depth - 1, 6, 6)
+        assert hidden.bias is None if not use_bias else hidden.bias.shape == (depth - 1, 6)
+        assert (hidden.in_features, hidden.out_features, hidden.use_bias) == (6, 6, use_bias)
+        # The same key gives the same numbers: layer i of the unrolled MLP is hidden[i - 1].
+        np.testing.assert_array_equal(first.weight, flat.layers[0].weight)
+        np.testing.assert_array_equal(last.weight, flat.layers[-1].weight)
+        for i in range(1, depth):
+            np.testing.assert_array_equal(hidden.weight[i - 1], flat.layers[i].weight)
+            if use_bias:
+                np.testing.assert_array_equal(hidden.bias[i - 1], flat.layers[i].bias)
+    x = jnp.float32(0.3) if in_size == "scalar" else jnp.array([0.5, -1.0, 2.0])
+    np.testing.assert_allclose(deep(x), flat(x), rtol=FLOAT_RTOL, atol=FLOAT_ATOL)
+    assert deep(x).shape == flat(x).shape and deep(x).dtype == flat(x).dtype
+    # Gradients agree as well, layer by layer.
+    loss = lambda m: jnp.sum(m(x) ** 2)
+    g_deep, g_flat = jax.grad(loss)(deep), jax.grad(loss)(flat)
+    assert type(g_deep) is nn.MLP and st.structure(g_deep) == st.structure(deep)
+    if depth >= 2:
+        for i in range(1, depth):
+            np.testing.assert_allclose(g_deep.layers[1].weight[i - 1], g_flat.layers[i].weight, rtol=1e-5, atol=1e-6)
+
+
+def test_mlp_scan_traces_one_scan_whatever_the_depth() -> None:
+    x = jnp.ones(3)
+    sizes = {}
+    for depth in (3, 40):
+        deep = nn.MLP(3, 2, 4, depth, scan=True, key=KEY)
+        jaxpr = jax.make_jaxpr(lambda m, x: m(x))(deep, x)
+        assert _count_primitives(jaxpr, "scan") == 1
+        assert _count_primitives(jaxpr, "dot_general") == 3  # first, the scanned body, last
+        sizes[depth] = len(jaxpr.jaxpr.eqns)
+    assert sizes[3] == sizes[40]
+    unrolled = jax.make_jaxpr(lambda m, x: m(x))(nn.MLP(3, 2, 4, 40, key=KEY), x)
+    assert _count_primitives(unrolled, "scan") == 0 and _count_primitives(unrolled, "dot_general") == 41
+
+
+def test_mlp_scan_under_jit_vmap_and_save(tmp_path: Any) -> None:
+    import spruce.io
+
+    deep = nn.MLP(3, 2, 4, 3, scan=True, key=KEY)
+    xs = jnp.arange(6.0).reshape(2, 3)
+    out = jax.jit(jax.vmap(lambda x: deep(x)))(xs)
+    np.testing.assert_allclose(out, jnp.stack([deep(x) for x in xs]), rtol=FLOAT_RTOL, atol=FLOAT_ATOL)
+    spruce.io.save(tmp_path / "mlp.safetensors", deep)
+    back = spruce.io.load(tmp_path / "mlp.safetensors", like=deep)
+    assert back.scan is True and spruce.tree_equal(back, deep)
+
+
+def test_mlp_scan_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="MLP: scan must be a bool, got 1"):
+        nn.MLP(3, 2, 4, 2, scan=1, key=KEY)  # type: ignore[arg-type]
+
+
 def test_sequential_lambda_identity() -> None:
     k1, k2 = random.split(KEY)
     seq = nn.Sequential([nn.Linear(3, 4, key=k1), nn.Lambda(jax.nn.relu), nn.Identity(), nn.Linear(4, 2, key=k2)])

@@ -157,12 +157,28 @@ class MLP(Module):
       final_activation: applied to the output (default identity).
       use_bias, use_final_bias: biases of the hidden / last Linear.
       dtype: parameter dtype (default float32).
+      scan: keyword-only (default False).  If True, the ``depth - 1`` hidden-to-hidden layers
+        are stored as one stacked Linear and run with ``jax.lax.scan``, so the traced program,
+        and the compile time, do not grow with ``depth`` (Equinox's ``MLP(scan=True)``).
       key: PRNG key (keyword-only, required), split into ``depth + 1`` keys, one per Linear.
 
-    Fields: ``layers`` (tuple of ``depth + 1`` Linear, initialised as Linear documents); the
-    sizes and both activations are static (functions must be hashable).
+    Fields: ``layers``, initialised as Linear documents: without ``scan``, a tuple of
+    ``depth + 1`` Linear; with ``scan`` and ``depth >= 1``, the three Linear ``(first, hidden,
+    last)``, where ``hidden`` holds the ``depth - 1`` middle layers stacked along a new leading
+    axis (``weight`` ``(depth - 1, width, width)``, ``bias`` ``(depth - 1, width)``; empty for
+    ``depth == 1``).  For the same ``key`` both layouts hold the same numbers: layer ``i`` of
+    the unscanned MLP is ``hidden`` sliced at ``i - 1``.  The sizes, both activations and
+    ``scan`` are static (functions must be hashable).
 
     Call: ``mlp(x, *, key=None)`` with ``x`` of shape ``(in_size,)`` returns ``(out_size,)``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> deep = MLP(3, 1, width_size=4, depth=6, scan=True, key=jax.random.PRNGKey(0))
+    >>> [layer.weight.shape for layer in deep.layers]
+    [(4, 3), (5, 4, 4), (1, 4)]
+    >>> flat = MLP(3, 1, width_size=4, depth=6, key=jax.random.PRNGKey(0))
+    >>> bool(jnp.allclose(deep(jnp.ones(3)), flat(jnp.ones(3)), rtol=1e-5, atol=1e-6))
+    True
     """
 
     layers: tuple[Linear, ...]
@@ -172,6 +188,7 @@ class MLP(Module):
     out_size: Features = field(static=True)
     width_size: int = field(static=True)
     depth: int = field(static=True)
+    scan: bool = field(static=True, default=False)
 
     def __init__(
         self,
@@ -185,10 +202,13 @@ class MLP(Module):
         use_final_bias: bool = True,
         dtype: Any = None,
         *,
+        scan: bool = False,
         key: jax.Array,
     ) -> None:
         check_size(width_size, "width_size", "MLP")
         check_size(depth, "depth", "MLP")
+        if not isinstance(scan, bool):
+            raise TypeError(f"MLP: scan must be a bool, got {scan!r}")
         key = check_key(key, "MLP")
         keys = jax.random.split(key, depth + 1)
         layers: list[Linear] = []
@@ -196,8 +216,11 @@ class MLP(Module):
             layers.append(Linear(in_size, out_size, use_final_bias, dtype, key=keys[0]))
         else:
             layers.append(Linear(in_size, width_size, use_bias, dtype, key=keys[0]))
-            for i in range(depth - 1):
-                layers.append(Linear(width_size, width_size, use_bias, dtype, key=keys[i + 1]))
+            if scan:  # one Linear per key, built under vmap: the same numbers as the loop below
+                layers.append(jax.vmap(lambda k: Linear(width_size, width_size, use_bias, dtype, key=k))(keys[1:depth]))
+            else:
+                for i in range(depth - 1):
+                    layers.append(Linear(width_size, width_size, use_bias, dtype, key=keys[i + 1]))
             layers.append(Linear(width_size, out_size, use_final_bias, dtype, key=keys[-1]))
         self.layers = tuple(layers)
         self.activation = activation
@@ -206,8 +229,18 @@ class MLP(Module):
         self.out_size = out_size
         self.width_size = width_size
         self.depth = depth
+        self.scan = scan
 
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        if self.scan and self.depth > 0:
+            first, hidden, last = self.layers
+            activation = self.activation
+
+            def step(h: jax.Array, layer: Linear) -> tuple[jax.Array, None]:
+                return activation(layer(h)), None
+
+            x, _ = jax.lax.scan(step, self.activation(first(x)), hidden)
+            return self.final_activation(last(x))  # type: ignore[no-any-return]
         for layer in self.layers[:-1]:
             x = self.activation(layer(x))
         return self.final_activation(self.layers[-1](x))  # type: ignore[no-any-return]
