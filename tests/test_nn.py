@@ -372,7 +372,7 @@ def test_conv_padding_forms() -> None:
         (lambda: nn.AvgPool1d(2, divisor_override=0), ValueError, "divisor_override must be None or an int > 0"),
         (lambda: nn.AdaptiveAvgPool2d((2, 0)), ValueError, "output_size must be an int >= 1 or a tuple of 2"),
         (lambda: nn.GroupNorm(3, 4), ValueError, r"num_channels \(4\) must be divisible by num_groups \(3\)"),
-        (lambda: nn.BatchNorm(3, momentum=1.5), ValueError, r"momentum must be a number in \[0, 1\]"),
+        (lambda: nn.BatchNorm(3, momentum=1.5), ValueError, r"momentum must be a number in \[0, 1\] or None, got 1.5"),
         (lambda: nn.PReLU(0), ValueError, "num_parameters must be >= 1"),
         (lambda: nn.RotaryPositionalEmbedding(5), ValueError, "embedding_size must be an even int > 0"),
         (lambda: nn.LSTMCell(2, -1, key=KEY), ValueError, "hidden_size must be >= 0"),
@@ -526,6 +526,50 @@ def test_batchnorm_training_threads_a_state() -> None:
     y_inf, same = jax.vmap(nn.inference_mode(trained), in_axes=(0, None), out_axes=(0, None))(x, new)
     assert same is new or st.structure(same) == st.structure(new)
     np.testing.assert_allclose(y_inf, jax.vmap(nn.inference_mode(trained))(x), rtol=1e-6)
+
+
+def test_batchnorm_momentum_none_is_the_average_of_all_batches(tmp_path: Any) -> None:
+    import spruce.io
+
+    bn = nn.BatchNorm(2, momentum=None, axis_name="batch")
+    assert bn.momentum is None and bn.state_fields == ("running_mean", "running_var", "num_batches_tracked")
+    assert isinstance(bn.num_batches_tracked, np.ndarray) and bn.num_batches_tracked.dtype == np.int64
+    assert bn.num_batches_tracked.shape == () and int(bn.num_batches_tracked) == 0
+    state = nn.State(bn)
+    step = jax.jit(jax.vmap(bn, axis_name="batch", in_axes=(0, None), out_axes=(0, None)))
+    # Three batches of 2 examples x 2 channels x 2 positions; per channel, the batch mean and the
+    # unbiased variance of its 4 values, computed by hand.
+    batches = [
+        np.array([[[1.0, 3.0], [0.0, 0.0]], [[5.0, 7.0], [2.0, 2.0]]]),  # means 4, 1; vars 20/3, 4/3
+        np.array([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 4.0], [1.0, 1.0]]]),  # means 1, 1; vars 4, 0
+        np.array([[[2.0, 2.0], [-3.0, 3.0]], [[2.0, 2.0], [3.0, -3.0]]]),  # means 2, 0; vars 0, 12
+    ]
+    means = [[4.0, 1.0], [1.0, 1.0], [2.0, 0.0]]
+    variances = [[20 / 3, 4 / 3], [4.0, 0.0], [0.0, 12.0]]
+    for k, x in enumerate(batches, start=1):
+        _, state = step(jnp.asarray(x, jnp.float32), state)
+        mean, var, count = state.get(bn)
+        assert int(count) == k
+        # The first batch replaces the initial (0, 1); then a plain average of all batches.
+        np.testing.assert_allclose(mean, np.mean(means[:k], axis=0), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(var, np.mean(variances[:k], axis=0), rtol=1e-6, atol=1e-7)
+    trained = nn.update_state(bn, state)
+    assert isinstance(trained.num_batches_tracked, np.ndarray) and trained.num_batches_tracked.dtype == np.int64
+    assert int(trained.num_batches_tracked) == 3
+    np.testing.assert_allclose(trained.running_mean, [7 / 3, 2 / 3], rtol=1e-6)
+    # Training resumes from the saved counter: a fourth batch weighs 1/4.
+    spruce.io.save(tmp_path / "bn.safetensors", trained)
+    back = spruce.io.load(tmp_path / "bn.safetensors", like=nn.BatchNorm(2, momentum=None, axis_name="batch"))
+    assert back.num_batches_tracked.dtype == np.int64 and int(back.num_batches_tracked) == 3
+    back = spruce.tree_at(lambda b: b.state_index, back, trained.state_index)
+    _, state4 = step(jnp.asarray(batches[0], jnp.float32), nn.State(back))
+    np.testing.assert_allclose(state4.get(back)[0], [(7 + 4) / 4, (2 + 1) / 4], rtol=1e-6)
+    # Inference uses the running statistics alone; without running statistics there is no counter.
+    y = jax.vmap(nn.inference_mode(trained))(jnp.asarray(batches[0], jnp.float32))
+    expected = (batches[0] - np.array([7 / 3, 2 / 3])[:, None]) / np.sqrt(np.array([32 / 9, 40 / 9])[:, None] + 1e-5)
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+    assert nn.BatchNorm(2, momentum=None, track_running_stats=False).num_batches_tracked is None
+    assert nn.BatchNorm(2).num_batches_tracked is None and nn.BatchNorm(2).state_fields == ("running_mean", "running_var")
 
 
 def test_batchnorm_training_errors() -> None:
