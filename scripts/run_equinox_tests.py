@@ -110,7 +110,6 @@ KNOWN: dict[str, str] = {
         "message says which __init__ and how to fix it)"
     ),
     # test_nn.py
-    "test_nn.py::test_linear": "open: Linear(dtype=complex64) fails: jax.random.uniform draws no complex numbers (nn/_linear.py)",
     "test_nn.py::test_identity": _EQ,
     "test_nn.py::test_dropout_deterministic": (
         "deliberate: `deterministic=` is Equinox's deprecated spelling of `inference=`, which "

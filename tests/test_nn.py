@@ -124,6 +124,28 @@ def test_mlp_gradient_is_mlp_shaped() -> None:
     assert type(g) is nn.MLP and st.structure(g) == st.structure(mlp)
 
 
+def test_complex_parameters_draw_real_and_imaginary_parts() -> None:
+    layer = nn.Linear(4, 3, dtype=jnp.complex64, key=KEY)
+    assert layer.weight.dtype == jnp.complex64 and layer.bias.dtype == jnp.complex64
+    lim = 1 / np.sqrt(4)
+    for part in (layer.weight.real, layer.weight.imag, layer.bias.real, layer.bias.imag):
+        assert float(jnp.max(jnp.abs(part))) <= lim and float(jnp.std(part)) > 0.05
+    assert not np.allclose(layer.weight.real, layer.weight.imag)  # two independent draws
+    x = jnp.array([1 + 1j, 2, -1j, 0.5], jnp.complex64)
+    y = layer(x)
+    assert y.dtype == jnp.complex64 and y.shape == (3,)
+    np.testing.assert_allclose(y, np.asarray(layer.weight) @ np.asarray(x) + np.asarray(layer.bias), rtol=1e-5, atol=1e-6)
+    with jax.numpy_dtype_promotion("strict"):
+        assert layer(x).dtype == jnp.complex64
+    # Real dtypes draw exactly as before (jax.random.uniform of the whole key).
+    wkey, _ = random.split(KEY, 2)
+    real = nn.Linear(4, 3, key=KEY)
+    np.testing.assert_array_equal(real.weight, random.uniform(wkey, (3, 4), jnp.float32, -lim, lim))
+    conv = nn.Conv1d(2, 3, 3, dtype=jnp.complex64, key=KEY)
+    assert conv.weight.dtype == jnp.complex64 and float(jnp.std(conv.weight.imag)) > 0.05
+    assert conv(jnp.ones((2, 5), jnp.complex64)).dtype == jnp.complex64
+
+
 def _count_primitives(jaxpr: Any, name: str) -> int:
     """Occurrences of primitive ``name`` in a (closed) jaxpr, sub-jaxprs included."""
     count = 0

@@ -221,7 +221,8 @@ class _ModuleMeta(abc.ABCMeta):
         else:  # a generated __init__ keeps the docstring a parent's __init__ was given
             init = cls.__dict__.get("__init__")
             if init is not None and init.__doc__ is None:
-                init.__doc__ = next((b.__init__.__doc__ for b in cls.__mro__[1:] if isinstance(b, _ModuleMeta) and b.__init__.__doc__), None)
+                parents = (b.__dict__.get("__init__") for b in cls.__mro__[1:] if isinstance(b, _ModuleMeta))
+                init.__doc__ = next((f.__doc__ for f in parents if f is not None and f.__doc__), None)
         # Fields named in the class's own __slots__: the slot descriptors would hide the
         # instance __dict__ that Modules store fields in, so they are removed.
         slots = namespace.get("__slots__", ())

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from .._module import Module, field
-from ._common import check_key, check_shape, check_size, default_float_dtype
+from ._common import check_key, check_shape, check_size, default_float_dtype, uniform
 
 Features = int | Literal["scalar"]
 
@@ -35,7 +35,8 @@ class Linear(Module):
 
     Initialisation: both ``weight`` and ``bias`` are drawn from
     ``uniform(-1/sqrt(fan_in), 1/sqrt(fan_in))`` with ``fan_in = in`` (the rule of PyTorch's and
-    Equinox's Linear); ``wkey, bkey = jax.random.split(key, 2)``.
+    Equinox's Linear); ``wkey, bkey = jax.random.split(key, 2)``.  A complex ``dtype`` draws
+    the real and imaginary parts independently, each from that range (as Equinox).
 
     Call: ``layer(x, *, key=None)`` with ``x`` of shape ``(in,)`` (``()`` for ``'scalar'``),
     returns shape ``(out,)`` (``()`` for ``'scalar'``) in the promoted dtype of x and the
@@ -66,8 +67,8 @@ class Linear(Module):
         n_out = 1 if out_features == "scalar" else int(out_features)
         wkey, bkey = jax.random.split(key, 2)
         lim = 1.0 / math.sqrt(n_in) if n_in > 0 else 0.0
-        self.weight = jax.random.uniform(wkey, (n_out, n_in), dtype, minval=-lim, maxval=lim)
-        self.bias = jax.random.uniform(bkey, (n_out,), dtype, minval=-lim, maxval=lim) if use_bias else None
+        self.weight = uniform(wkey, (n_out, n_in), dtype, lim)
+        self.bias = uniform(bkey, (n_out,), dtype, lim) if use_bias else None
         self.in_features = in_features
         self.out_features = out_features
         self.use_bias = bool(use_bias)
