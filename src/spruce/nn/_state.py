@@ -44,7 +44,8 @@ class State(Module):
     ``State(model)`` collects the current values from ``model`` (``State()`` is empty; a layer
     absent from a state starts from the values it holds).  Field: ``values``, a dict from a
     layer's ``state_index`` to the tuple of its ``state_fields`` values (for BatchNorm
-    ``(running_mean, running_var)``); it is the only child, so ``jax.jit``, ``jax.vmap``
+    ``(running_mean, running_var)``, and ``num_batches_tracked`` third with ``momentum=None``);
+    it is the only child, so ``jax.jit``, ``jax.vmap``
     (``in_axes=None`` / ``out_axes=None``: the statistics are the same for every example) and
     ``spruce.io.save`` take a State like any pytree.
 
