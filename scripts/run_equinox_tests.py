@@ -69,9 +69,8 @@ _TREE_EQUAL = (
     "value unless typematch=True (its docstring); Equinox returns a JAX bool array"
 )
 _LEARNT_ACTIVATION = (
-    "open: MLP's activations are static fields, so a learnt activation (a PReLU) is not trained; "
-    "Equinox keeps one copy per neuron as leaves (nn/_linear.py); and PyTorch's PReLU names its "
-    "parameter `weight`, not `negative_slope`"
+    "deliberate: MLP's activations are static fields, so one with parameters (a PReLU) is refused "
+    "with a TypeError (MLP docstring; use a Sequential), where Equinox trains one copy per neuron"
 )
 KNOWN: dict[str, str] = {
     # test_filters.py

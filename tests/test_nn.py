@@ -220,6 +220,16 @@ def test_mlp_scan_under_jit_vmap_and_save(tmp_path: Any) -> None:
     assert back.scan is True and spruce.tree_equal(back, deep)
 
 
+def test_mlp_refuses_an_activation_with_parameters() -> None:
+    for kw in ({"activation": nn.PReLU()}, {"final_activation": nn.PReLU(2)}):
+        name = next(iter(kw))
+        with pytest.raises(TypeError, match=f"MLP: {name} holds arrays \\(PReLU, a layer with parameters\\)"):
+            nn.MLP(3, 2, 4, 2, key=KEY, **kw)
+    # A parameter-free Module (a Lambda of a function) is fine.
+    mlp = nn.MLP(3, 2, 4, 1, activation=nn.Lambda(jax.nn.relu), key=KEY)
+    np.testing.assert_allclose(mlp(jnp.ones(3)), nn.MLP(3, 2, 4, 1, key=KEY)(jnp.ones(3)), rtol=FLOAT_RTOL, atol=FLOAT_ATOL)
+
+
 def test_mlp_scan_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="MLP: scan must be a bool, got 1"):
         nn.MLP(3, 2, 4, 2, scan=1, key=KEY)  # type: ignore[arg-type]

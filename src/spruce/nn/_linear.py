@@ -8,7 +8,8 @@ from typing import Any, Callable, Iterator, Literal, Sequence, overload
 import jax
 import jax.numpy as jnp
 
-from .._module import Module, field
+from .._module import Module, field, is_array
+from .. import tree as _tree
 from ._common import check_key, check_shape, check_size, default_float_dtype, uniform
 
 Features = int | Literal["scalar"]
@@ -155,7 +156,9 @@ class MLP(Module):
       in_size, out_size: input / output vector sizes (``'scalar'`` allowed, as Linear).
       width_size: hidden size; depth: number of hidden layers (0 gives a single Linear).
       activation: applied after every hidden layer (default ``jax.nn.relu``).
-      final_activation: applied to the output (default identity).
+      final_activation: applied to the output (default identity).  Both are static fields, so
+        a layer with parameters (``PReLU``) is refused with a TypeError (its parameters would
+        never be trained; use a ``Sequential``), where Equinox trains one copy per neuron.
       use_bias, use_final_bias: biases of the hidden / last Linear.
       dtype: parameter dtype (default float32).
       scan: keyword-only (default False).  If True, the ``depth - 1`` hidden-to-hidden layers
@@ -210,6 +213,14 @@ class MLP(Module):
         check_size(depth, "depth", "MLP")
         if not isinstance(scan, bool):
             raise TypeError(f"MLP: scan must be a bool, got {scan!r}")
+        for name, fn in (("activation", activation), ("final_activation", final_activation)):
+            if any(is_array(leaf) for leaf in _tree.leaves(fn)):
+                raise TypeError(
+                    f"MLP: {name} holds arrays ({type(fn).__name__}, a layer with parameters); "
+                    f"MLP keeps its activations as static fields, where they would never be "
+                    f"trained.  Build the network as a Sequential of Linear and {type(fn).__name__} "
+                    f"layers instead"
+                )
         key = check_key(key, "MLP")
         keys = jax.random.split(key, depth + 1)
         layers: list[Linear] = []
