@@ -11,7 +11,7 @@ import dataclasses
 import gc
 import inspect
 import weakref
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -188,6 +188,108 @@ def test_tree_at_count_mismatch_is_value_and_type_error() -> None:
     for cls in (ValueError, TypeError):
         with pytest.raises(cls, match="selected 2 places but replace has 3 values"):
             spruce.tree_at(lambda t: (t["a"], t["b"]), tree, (1, 2, 3))
+
+
+def test_tree_at_single_value_for_several_places_is_value_and_type_error() -> None:
+    tree = {"a": 1, "b": 2}
+    for cls in (ValueError, TypeError):
+        with pytest.raises(cls, match="selected 2 places, so replace must be a sequence of 2 values, got int"):
+            spruce.tree_at(lambda t: (t["a"], t["b"]), tree, 4)
+    assert tree == {"a": 1, "b": 2}
+
+
+# -- __post_init__ beside a hand-written __init__ ---------------------------------------------------
+
+
+def test_hand_written_init_beside_post_init_warns_that_it_will_not_run() -> None:
+    calls = []
+
+    class A(spruce.Module):
+        x: int
+
+        def __post_init__(self) -> None:
+            calls.append(self.x)
+
+    with pytest.warns(UserWarning, match=r"B has a hand-written `__init__` method and a `__post_init__` \(inherited from .*A\), which will not run"):
+
+        class B(A):
+            def __init__(self) -> None:
+                self.x = 2
+
+    with pytest.warns(UserWarning, match=r"\.C has a hand-written `__init__`"):  # inherits B's __init__
+
+        class C(B):
+            pass
+
+    with pytest.warns(UserWarning, match=r"\.D has a hand-written `__init__` method and a `__post_init__`, which"):
+
+        class D(spruce.Module):
+            y: int
+
+            def __init__(self) -> None:
+                self.y = 0
+
+            def __post_init__(self) -> None:
+                calls.append(-1)
+
+    assert (A(1).x, B().x, C().x, D().y) == (1, 2, 2, 0)
+    assert calls == [1]  # only the generated __init__ ran __post_init__
+
+
+def test_assigning_the_modules_own_method_is_refused() -> None:
+    class A(spruce.Module):
+        f: Any
+        x: int
+
+        def __init__(self, x: int) -> None:
+            self.f = self.g
+            self.x = x
+
+        def g(self) -> int:
+            return self.x
+
+    with pytest.raises(ValueError, match=r"cannot set A.f to the module's own method 'g'"):
+        A(1)
+
+    class Other(spruce.Module):
+        def g(self) -> int:
+            return 5
+
+    class B(spruce.Module):
+        f: Any
+
+    other = Other()
+    assert B(other.g).f() == 5  # another module's method is a plain (static-free) leaf value
+    assert B(len).f([1]) == 1
+
+
+def test_generated_init_keeps_a_parents_init_docstring() -> None:
+    class A(spruce.Module):
+        x: int = 0
+
+    A.__init__.__doc__ = "Build an A."
+
+    class B(A):
+        y: int = 1
+
+    assert B.__init__.__doc__ == "Build an A." and B().y == 1
+
+
+# -- generics ------------------------------------------------------------------------------------
+
+
+def test_generic_module_keeps_orig_class() -> None:
+    T = TypeVar("T")
+
+    class Box(spruce.Module, Generic[T]):
+        x: Any
+
+    box = Box[int](3)
+    assert box.__orig_class__ == Box[int]
+    assert box.x == 3
+    assert spruce.tree.leaves(box) == [3]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        box.x = 4  # type: ignore[misc]
 
 
 # -- dtypes --------------------------------------------------------------------------------------

@@ -124,6 +124,117 @@ def test_mlp_gradient_is_mlp_shaped() -> None:
     assert type(g) is nn.MLP and st.structure(g) == st.structure(mlp)
 
 
+def test_complex_parameters_draw_real_and_imaginary_parts() -> None:
+    layer = nn.Linear(4, 3, dtype=jnp.complex64, key=KEY)
+    assert layer.weight.dtype == jnp.complex64 and layer.bias.dtype == jnp.complex64
+    lim = 1 / np.sqrt(4)
+    for part in (layer.weight.real, layer.weight.imag, layer.bias.real, layer.bias.imag):
+        assert float(jnp.max(jnp.abs(part))) <= lim and float(jnp.std(part)) > 0.05
+    assert not np.allclose(layer.weight.real, layer.weight.imag)  # two independent draws
+    x = jnp.array([1 + 1j, 2, -1j, 0.5], jnp.complex64)
+    y = layer(x)
+    assert y.dtype == jnp.complex64 and y.shape == (3,)
+    np.testing.assert_allclose(y, np.asarray(layer.weight) @ np.asarray(x) + np.asarray(layer.bias), rtol=1e-5, atol=1e-6)
+    with jax.numpy_dtype_promotion("strict"):
+        assert layer(x).dtype == jnp.complex64
+    # Real dtypes draw exactly as before (jax.random.uniform of the whole key).
+    wkey, _ = random.split(KEY, 2)
+    real = nn.Linear(4, 3, key=KEY)
+    np.testing.assert_array_equal(real.weight, random.uniform(wkey, (3, 4), jnp.float32, -lim, lim))
+    conv = nn.Conv1d(2, 3, 3, dtype=jnp.complex64, key=KEY)
+    assert conv.weight.dtype == jnp.complex64 and float(jnp.std(conv.weight.imag)) > 0.05
+    assert conv(jnp.ones((2, 5), jnp.complex64)).dtype == jnp.complex64
+
+
+def _count_primitives(jaxpr: Any, name: str) -> int:
+    """Occurrences of primitive ``name`` in a (closed) jaxpr, sub-jaxprs included."""
+    count = 0
+    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+        count += eqn.primitive.name == name
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if hasattr(sub, "eqns"):  # a Jaxpr or ClosedJaxpr (scan's body, jit's inner jaxpr)
+                    count += _count_primitives(sub, name)
+    return count
+
+
+@pytest.mark.parametrize(
+    "in_size, out_size, depth, use_bias",
+    [(3, 2, 0, True), (3, 2, 1, True), (3, 2, 2, True), (3, 2, 5, False), ("scalar", "scalar", 4, True)],
+)
+def test_mlp_scan_equals_the_unrolled_mlp(in_size: Any, out_size: Any, depth: int, use_bias: bool) -> None:
+    kw = dict(activation=jax.nn.tanh, final_activation=jax.nn.sigmoid, use_bias=use_bias, key=KEY)
+    flat = nn.MLP(in_size, out_size, 6, depth, **kw)
+    deep = nn.MLP(in_size, out_size, 6, depth, scan=True, **kw)
+    assert deep.scan is True and flat.scan is False
+    if depth == 0:
+        assert len(deep.layers) == 1
+        np.testing.assert_array_equal(deep.layers[0].weight, flat.layers[0].weight)
+    else:
+        first, hidden, last = deep.layers
+        assert hidden.weight.shape == (depth - 1, 6, 6)
+        assert hidden.bias is None if not use_bias else hidden.bias.shape == (depth - 1, 6)
+        assert (hidden.in_features, hidden.out_features, hidden.use_bias) == (6, 6, use_bias)
+        # The same key gives the same numbers: layer i of the unrolled MLP is hidden[i - 1].
+        np.testing.assert_array_equal(first.weight, flat.layers[0].weight)
+        np.testing.assert_array_equal(last.weight, flat.layers[-1].weight)
+        for i in range(1, depth):
+            np.testing.assert_array_equal(hidden.weight[i - 1], flat.layers[i].weight)
+            if use_bias:
+                np.testing.assert_array_equal(hidden.bias[i - 1], flat.layers[i].bias)
+    x = jnp.float32(0.3) if in_size == "scalar" else jnp.array([0.5, -1.0, 2.0])
+    np.testing.assert_allclose(deep(x), flat(x), rtol=FLOAT_RTOL, atol=FLOAT_ATOL)
+    assert deep(x).shape == flat(x).shape and deep(x).dtype == flat(x).dtype
+    # Gradients agree as well, layer by layer.
+    loss = lambda m: jnp.sum(m(x) ** 2)
+    g_deep, g_flat = jax.grad(loss)(deep), jax.grad(loss)(flat)
+    assert type(g_deep) is nn.MLP and st.structure(g_deep) == st.structure(deep)
+    if depth >= 2:
+        for i in range(1, depth):
+            np.testing.assert_allclose(g_deep.layers[1].weight[i - 1], g_flat.layers[i].weight, rtol=1e-5, atol=1e-6)
+
+
+def test_mlp_scan_traces_one_scan_whatever_the_depth() -> None:
+    x = jnp.ones(3)
+    sizes = {}
+    for depth in (3, 40):
+        deep = nn.MLP(3, 2, 4, depth, scan=True, key=KEY)
+        jaxpr = jax.make_jaxpr(lambda m, x: m(x))(deep, x)
+        assert _count_primitives(jaxpr, "scan") == 1
+        assert _count_primitives(jaxpr, "dot_general") == 3  # first, the scanned body, last
+        sizes[depth] = len(jaxpr.jaxpr.eqns)
+    assert sizes[3] == sizes[40]
+    unrolled = jax.make_jaxpr(lambda m, x: m(x))(nn.MLP(3, 2, 4, 40, key=KEY), x)
+    assert _count_primitives(unrolled, "scan") == 0 and _count_primitives(unrolled, "dot_general") == 41
+
+
+def test_mlp_scan_under_jit_vmap_and_save(tmp_path: Any) -> None:
+    import spruce.io
+
+    deep = nn.MLP(3, 2, 4, 3, scan=True, key=KEY)
+    xs = jnp.arange(6.0).reshape(2, 3)
+    out = jax.jit(jax.vmap(lambda x: deep(x)))(xs)
+    np.testing.assert_allclose(out, jnp.stack([deep(x) for x in xs]), rtol=FLOAT_RTOL, atol=FLOAT_ATOL)
+    spruce.io.save(tmp_path / "mlp.safetensors", deep)
+    back = spruce.io.load(tmp_path / "mlp.safetensors", like=deep)
+    assert back.scan is True and spruce.tree_equal(back, deep)
+
+
+def test_mlp_refuses_an_activation_with_parameters() -> None:
+    for kw in ({"activation": nn.PReLU()}, {"final_activation": nn.PReLU(2)}):
+        name = next(iter(kw))
+        with pytest.raises(TypeError, match=f"MLP: {name} holds arrays \\(PReLU, a layer with parameters\\)"):
+            nn.MLP(3, 2, 4, 2, key=KEY, **kw)
+    # A parameter-free Module (a Lambda of a function) is fine.
+    mlp = nn.MLP(3, 2, 4, 1, activation=nn.Lambda(jax.nn.relu), key=KEY)
+    np.testing.assert_allclose(mlp(jnp.ones(3)), nn.MLP(3, 2, 4, 1, key=KEY)(jnp.ones(3)), rtol=FLOAT_RTOL, atol=FLOAT_ATOL)
+
+
+def test_mlp_scan_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="MLP: scan must be a bool, got 1"):
+        nn.MLP(3, 2, 4, 2, scan=1, key=KEY)  # type: ignore[arg-type]
+
+
 def test_sequential_lambda_identity() -> None:
     k1, k2 = random.split(KEY)
     seq = nn.Sequential([nn.Linear(3, 4, key=k1), nn.Lambda(jax.nn.relu), nn.Identity(), nn.Linear(4, 2, key=k2)])
@@ -293,7 +404,7 @@ def test_conv_padding_forms() -> None:
         (lambda: nn.AvgPool1d(2, divisor_override=0), ValueError, "divisor_override must be None or an int > 0"),
         (lambda: nn.AdaptiveAvgPool2d((2, 0)), ValueError, "output_size must be an int >= 1 or a tuple of 2"),
         (lambda: nn.GroupNorm(3, 4), ValueError, r"num_channels \(4\) must be divisible by num_groups \(3\)"),
-        (lambda: nn.BatchNorm(3, momentum=1.5), ValueError, r"momentum must be a number in \[0, 1\]"),
+        (lambda: nn.BatchNorm(3, momentum=1.5), ValueError, r"momentum must be a number in \[0, 1\] or None, got 1.5"),
         (lambda: nn.PReLU(0), ValueError, "num_parameters must be >= 1"),
         (lambda: nn.RotaryPositionalEmbedding(5), ValueError, "embedding_size must be an even int > 0"),
         (lambda: nn.LSTMCell(2, -1, key=KEY), ValueError, "hidden_size must be >= 0"),
@@ -447,6 +558,50 @@ def test_batchnorm_training_threads_a_state() -> None:
     y_inf, same = jax.vmap(nn.inference_mode(trained), in_axes=(0, None), out_axes=(0, None))(x, new)
     assert same is new or st.structure(same) == st.structure(new)
     np.testing.assert_allclose(y_inf, jax.vmap(nn.inference_mode(trained))(x), rtol=1e-6)
+
+
+def test_batchnorm_momentum_none_is_the_average_of_all_batches(tmp_path: Any) -> None:
+    import spruce.io
+
+    bn = nn.BatchNorm(2, momentum=None, axis_name="batch")
+    assert bn.momentum is None and bn.state_fields == ("running_mean", "running_var", "num_batches_tracked")
+    assert isinstance(bn.num_batches_tracked, np.ndarray) and bn.num_batches_tracked.dtype == np.int64
+    assert bn.num_batches_tracked.shape == () and int(bn.num_batches_tracked) == 0
+    state = nn.State(bn)
+    step = jax.jit(jax.vmap(bn, axis_name="batch", in_axes=(0, None), out_axes=(0, None)))
+    # Three batches of 2 examples x 2 channels x 2 positions; per channel, the batch mean and the
+    # unbiased variance of its 4 values, computed by hand.
+    batches = [
+        np.array([[[1.0, 3.0], [0.0, 0.0]], [[5.0, 7.0], [2.0, 2.0]]]),  # means 4, 1; vars 20/3, 4/3
+        np.array([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 4.0], [1.0, 1.0]]]),  # means 1, 1; vars 4, 0
+        np.array([[[2.0, 2.0], [-3.0, 3.0]], [[2.0, 2.0], [3.0, -3.0]]]),  # means 2, 0; vars 0, 12
+    ]
+    means = [[4.0, 1.0], [1.0, 1.0], [2.0, 0.0]]
+    variances = [[20 / 3, 4 / 3], [4.0, 0.0], [0.0, 12.0]]
+    for k, x in enumerate(batches, start=1):
+        _, state = step(jnp.asarray(x, jnp.float32), state)
+        mean, var, count = state.get(bn)
+        assert int(count) == k
+        # The first batch replaces the initial (0, 1); then a plain average of all batches.
+        np.testing.assert_allclose(mean, np.mean(means[:k], axis=0), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(var, np.mean(variances[:k], axis=0), rtol=1e-6, atol=1e-7)
+    trained = nn.update_state(bn, state)
+    assert isinstance(trained.num_batches_tracked, np.ndarray) and trained.num_batches_tracked.dtype == np.int64
+    assert int(trained.num_batches_tracked) == 3
+    np.testing.assert_allclose(trained.running_mean, [7 / 3, 2 / 3], rtol=1e-6)
+    # Training resumes from the saved counter: a fourth batch weighs 1/4.
+    spruce.io.save(tmp_path / "bn.safetensors", trained)
+    back = spruce.io.load(tmp_path / "bn.safetensors", like=nn.BatchNorm(2, momentum=None, axis_name="batch"))
+    assert back.num_batches_tracked.dtype == np.int64 and int(back.num_batches_tracked) == 3
+    back = spruce.tree_at(lambda b: b.state_index, back, trained.state_index)
+    _, state4 = step(jnp.asarray(batches[0], jnp.float32), nn.State(back))
+    np.testing.assert_allclose(state4.get(back)[0], [(7 + 4) / 4, (2 + 1) / 4], rtol=1e-6)
+    # Inference uses the running statistics alone; without running statistics there is no counter.
+    y = jax.vmap(nn.inference_mode(trained))(jnp.asarray(batches[0], jnp.float32))
+    expected = (batches[0] - np.array([7 / 3, 2 / 3])[:, None]) / np.sqrt(np.array([32 / 9, 40 / 9])[:, None] + 1e-5)
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+    assert nn.BatchNorm(2, momentum=None, track_running_stats=False).num_batches_tracked is None
+    assert nn.BatchNorm(2).num_batches_tracked is None and nn.BatchNorm(2).state_fields == ("running_mean", "running_var")
 
 
 def test_batchnorm_training_errors() -> None:

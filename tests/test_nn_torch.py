@@ -270,6 +270,41 @@ def test_batchnorm_training_matches_torch_train(shape: tuple[int, ...], affine: 
         np.testing.assert_allclose(_batch(trained, x), tlayer(torch.from_numpy(x)).numpy(), rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("shape", [(6, 3), (4, 2, 5)])
+def test_batchnorm_cumulative_average_matches_torch(shape: tuple[int, ...], tmp_path: Any) -> None:
+    """momentum=None: PyTorch's cumulative moving average, with its num_batches_tracked buffer."""
+    tlayer = getattr(torch.nn, f"BatchNorm{max(1, len(shape) - 2)}d")(shape[1], momentum=None).train()
+    _randomise(tlayer, seed=4)
+    with torch.no_grad():
+        tlayer.num_batches_tracked.fill_(2)  # resuming: two batches already seen
+    layer = nn.BatchNorm(shape[1], momentum=None, axis_name="batch")
+    path = os.path.join(tmp_path, "torch.safetensors")
+    save_file({k: v.detach().numpy().copy() for k, v in tlayer.state_dict().items()}, path)
+    layer = spruce.io.load(path, like=layer)  # every name, num_batches_tracked (int64) included
+    assert int(layer.num_batches_tracked) == 2 and layer.num_batches_tracked.dtype == np.int64
+    state = nn.State(layer)
+    step = jax.jit(jax.vmap(layer, axis_name="batch", in_axes=(0, None), out_axes=(0, None)))
+    for i in range(4):
+        x = (_rng(i).standard_normal(shape) * (i + 1) - i).astype(np.float32)
+        y, state = step(jnp.asarray(x), state)
+        with torch.no_grad():
+            expected = tlayer(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(np.asarray(y), expected, rtol=RTOL, atol=ATOL)
+        mean, var, count = state.get(layer)
+        assert int(count) == int(tlayer.num_batches_tracked) == 3 + i
+        np.testing.assert_allclose(mean, tlayer.running_mean.numpy(), rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(var, tlayer.running_var.numpy(), rtol=RTOL, atol=ATOL)
+    trained = nn.update_state(layer, state)
+    # And back into torch by name: the spruce layer's state dict is torch's, buffer included.
+    fresh = getattr(torch.nn, f"BatchNorm{max(1, len(shape) - 2)}d")(shape[1], momentum=None)
+    sd = {name: torch.from_numpy(np.array(v)) for name, v in spruce.io.flatten_names(trained).items()}
+    assert sorted(sd) == sorted(fresh.state_dict())
+    fresh.load_state_dict(sd)
+    assert fresh.num_batches_tracked.dtype == torch.int64 and int(fresh.num_batches_tracked) == 6
+    for name in ("running_mean", "running_var", "weight", "bias"):
+        np.testing.assert_allclose(getattr(fresh, name).detach().numpy(), getattr(tlayer, name).detach().numpy(), rtol=RTOL, atol=ATOL)
+
+
 def test_batchnorm_without_running_stats_matches_torch() -> None:
     layer = nn.BatchNorm(3, track_running_stats=False, axis_name="b", inference=True)
     tlayer = torch.nn.BatchNorm1d(3, track_running_stats=False).eval()  # batch statistics in eval too

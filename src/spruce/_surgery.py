@@ -295,7 +295,7 @@ def tree_at(
             try:
                 new_values = list(replace)
             except TypeError:
-                raise ValueError(
+                raise ReplaceCountError(
                     f"tree_at: where selected {len(places)} places, so replace must be a sequence "
                     f"of {len(places)} values, got {type(replace).__name__}"
                 ) from None

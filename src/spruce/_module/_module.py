@@ -180,6 +180,25 @@ def _has_custom_init(cls: type) -> bool:
     return False
 
 
+def _warn_post_init_not_run(cls: type) -> None:
+    """A UserWarning when a class keeps a hand-written ``__init__`` and has a ``__post_init__``:
+    only a generated ``__init__`` calls ``__post_init__`` (as with dataclasses), so it would
+    silently never run.  Equinox warns the same way."""
+    for kls in cls.__mro__:
+        if kls is object:
+            return
+        if "__post_init__" in kls.__dict__:
+            where = "" if kls is cls else f" (inherited from {kls.__qualname__})"
+            warnings.warn(
+                f"{cls.__module__}.{cls.__qualname__} has a hand-written `__init__` method and a "
+                f"`__post_init__`{where}, which will not run: only a generated __init__ calls "
+                f"__post_init__.  Call it from __init__, or validate in __check_init__.",
+                UserWarning,
+                stacklevel=3,
+            )
+            return
+
+
 @dataclass_transform(field_specifiers=(field, dataclasses.field))
 class _ModuleMeta(abc.ABCMeta):
     """Turns every subclass of Module into a dataclass, registers it as a pytree node (in
@@ -197,6 +216,13 @@ class _ModuleMeta(abc.ABCMeta):
         # one from the fields, as equinox does.
         dataclasses.dataclass(init=not custom_init, repr=False, eq=False)(cls)  # type: ignore[arg-type]  # cls is a metaclass instance, mypy cannot see it is a class
         cls._spruce_custom_init = custom_init
+        if custom_init:
+            _warn_post_init_not_run(cls)
+        else:  # a generated __init__ keeps the docstring a parent's __init__ was given
+            init = cls.__dict__.get("__init__")
+            if init is not None and init.__doc__ is None:
+                parents = (b.__dict__.get("__init__") for b in cls.__mro__[1:] if isinstance(b, _ModuleMeta))
+                init.__doc__ = next((f.__doc__ for f in parents if f is not None and f.__doc__), None)
         # Fields named in the class's own __slots__: the slot descriptors would hide the
         # instance __dict__ that Modules store fields in, so they are removed.
         slots = namespace.get("__slots__", ())
@@ -260,10 +286,14 @@ class Module(metaclass=_ModuleMeta):
     raises ``UnsetFieldError``, both a ValueError and a TypeError).  A field the class itself
     provides — a property, or a class attribute set in a subclass — is not instance data (how
     an abstract field is made concrete).  Fields are inherited as with dataclasses; a subclass without its own
-    ``__init__`` inherits a parent's hand-written one.
+    ``__init__`` inherits a parent's hand-written one.  As with dataclasses, only a generated
+    ``__init__`` calls ``__post_init__``: a class with a hand-written ``__init__`` and a
+    ``__post_init__`` gets a UserWarning when it is defined (as in Equinox).
 
     Construction, in order: ``__init__`` (every assigned value goes through the field's
-    ``converter``; assigning a name that is not a field raises AttributeError), defaults for
+    ``converter``; assigning a name that is not a field raises AttributeError, and assigning
+    the module's own bound method, which would keep the half-built instance inside the tree,
+    raises ValueError), defaults for
     unassigned fields, a check that static fields are hashable (TypeError), then
     ``__check_init__(self)`` of every class in the MRO that defines one (derived first) — a
     validation hook that cannot assign.  After that, assigning or deleting an attribute raises
@@ -299,6 +329,11 @@ class Module(metaclass=_ModuleMeta):
     """
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name == "__orig_class__":
+            # Set by typing on ``SomeModule[int](...)`` after construction: not a field, and
+            # kept by the instance as typing intends (unflatten does not carry it over).
+            object.__setattr__(self, name, value)
+            return
         if id(self) in _building:
             info = type(self)._spruce_fields
             if name in info.provided:
@@ -310,6 +345,13 @@ class Module(metaclass=_ModuleMeta):
                     f"(a property or class attribute overriding the field)"
                 )
             if name in info.names:
+                if isinstance(value, types.MethodType) and value.__self__ is self:
+                    raise ValueError(
+                        f"cannot set {type(self).__name__}.{name} to the module's own method "
+                        f"{value.__func__.__name__!r}: a bound method would keep this half-built "
+                        f"instance inside the tree (a copy made by a transform would still call "
+                        f"the original); call the method from __call__, or store a function"
+                    )
                 conv = info.converters.get(name)
                 if conv is not None:
                     value = conv(value)

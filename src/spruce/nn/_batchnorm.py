@@ -7,6 +7,7 @@ from typing import Any, Hashable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .._module import Module, field
@@ -22,7 +23,10 @@ class BatchNorm(Module):
       num_features: the number of channels ``C`` (axis 0 of an example).
       eps: added to the variance (default 1e-5).
       momentum: running statistics are updated as ``(1 - momentum) * running + momentum *
-        batch`` (PyTorch's convention; default 0.1), a number in [0, 1].
+        batch`` (PyTorch's convention; default 0.1), a number in [0, 1]; or None for PyTorch's
+        cumulative moving average: the running statistics are the plain average of the
+        statistics of every batch seen, i.e. momentum ``1 / num_batches_tracked`` after the
+        counter counts the current batch (the first batch replaces the initial values).
       affine: learnable ``weight`` (init ones) and ``bias`` (init zeros) of shape ``(C,)``;
         None when False.
       track_running_stats: keep ``running_mean`` (init zeros) and ``running_var`` (init ones)
@@ -34,11 +38,15 @@ class BatchNorm(Module):
         with ``spruce.nn.inference_mode`` or override it per call.
       dtype: parameter and statistics dtype (default float32).
 
-    Fields: ``weight``, ``bias``, ``running_mean``, ``running_var`` — PyTorch's names, so a
-    state dict loads by name (PyTorch's ``num_batches_tracked`` counter is not kept: it only
-    matters for ``momentum=None``, which is not supported) — and static ``num_features``,
-    ``eps``, ``momentum``, ``axis_name``, ``inference``, ``state_index`` (the key of this
-    layer's entry in a ``State``).
+    Fields: ``weight``, ``bias``, ``running_mean``, ``running_var``, ``num_batches_tracked`` —
+    PyTorch's names, so a state dict loads by name — and static ``num_features``, ``eps``,
+    ``momentum``, ``axis_name``, ``inference``, ``state_index`` (the key of this layer's entry
+    in a ``State``).  ``num_batches_tracked``, the number of training batches seen, is kept
+    only with ``momentum=None`` and running statistics, which need it (None otherwise; PyTorch
+    keeps it always, and ``spruce.io.load(..., strict=False)`` reports it as unexpected
+    there): a 0-d NumPy int64 array, PyTorch's dtype, which ``update_state`` keeps.  An integer
+    leaf cannot be differentiated: take gradients of such a model with
+    ``spruce.jax.filter_grad`` (floating leaves only), not ``jax.grad``.
 
     Call: ``bn(x, state=None, *, key=None, inference=None)`` with ``x`` of shape ``(C, ...)``.
 
@@ -49,7 +57,7 @@ class BatchNorm(Module):
       biased variance of each channel over the batch and the spatial axes (``lax.pmean``) give
       ``y``.  With running statistics, ``state`` is required (a ``spruce.nn.State``; the
       layer's entry, or the layer's own values if the state has none, are the old running
-      statistics) and ``(y, new_state)`` is returned, where the running variance is updated
+      statistics and counter) and ``(y, new_state)`` is returned, where the running variance is updated
       with the unbiased batch variance ``var * n / (n - 1)``, ``n`` the number of values per
       channel, as PyTorch.  Use ``in_axes=(0, None), out_axes=(0, None)`` for the state, and
       ``spruce.nn.update_state(model, state)`` to write the statistics into the model.
@@ -69,20 +77,27 @@ class BatchNorm(Module):
     bias: jax.Array | None
     running_mean: jax.Array | None
     running_var: jax.Array | None
+    num_batches_tracked: Any
     num_features: int = field(static=True)
     eps: float = field(static=True)
-    momentum: float = field(static=True)
+    momentum: float | None = field(static=True)
     axis_name: Hashable | tuple[Hashable, ...] | None = field(static=True)
     inference: bool = field(static=True)
     state_index: str | None = field(static=True, repr=False)
 
-    state_fields = ("running_mean", "running_var")  # what a State holds for this layer (not a field)
+    @property
+    def state_fields(self) -> tuple[str, ...]:
+        """What a ``State`` holds for this layer (not a field): the running statistics, and the
+        batch counter with ``momentum=None``."""
+        if self.momentum is None:
+            return ("running_mean", "running_var", "num_batches_tracked")
+        return ("running_mean", "running_var")
 
     def __init__(
         self,
         num_features: int,
         eps: float = 1e-5,
-        momentum: float = 0.1,
+        momentum: float | None = 0.1,
         affine: bool = True,
         track_running_stats: bool = True,
         axis_name: Hashable | tuple[Hashable, ...] | None = None,
@@ -90,8 +105,10 @@ class BatchNorm(Module):
         dtype: Any = None,
     ) -> None:
         check_size(num_features, "num_features", "BatchNorm")
-        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0.0 <= momentum <= 1.0:
-            raise ValueError(f"BatchNorm: momentum must be a number in [0, 1], got {momentum!r}")
+        if momentum is not None and (
+            isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0.0 <= momentum <= 1.0
+        ):
+            raise ValueError(f"BatchNorm: momentum must be a number in [0, 1] or None, got {momentum!r}")
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
             raise ValueError(f"BatchNorm: eps must be a number >= 0, got {eps!r}")
         dtype = default_float_dtype(dtype)
@@ -99,9 +116,10 @@ class BatchNorm(Module):
         self.bias = jnp.zeros((num_features,), dtype) if affine else None
         self.running_mean = jnp.zeros((num_features,), dtype) if track_running_stats else None
         self.running_var = jnp.ones((num_features,), dtype) if track_running_stats else None
+        self.num_batches_tracked = np.zeros((), np.int64) if track_running_stats and momentum is None else None
         self.num_features = num_features
         self.eps = float(eps)
-        self.momentum = float(momentum)
+        self.momentum = None if momentum is None else float(momentum)
         self.axis_name = axis_name
         self.inference = bool(inference)
         self.state_index = uuid.uuid4().hex if track_running_stats else None
@@ -152,12 +170,17 @@ class BatchNorm(Module):
                         f"BatchNorm: expected more than 1 value per channel in training (a batch of "
                         f"one example of shape {x.shape})"
                     )
-                old = state.get(self) or (self.running_mean, self.running_var)
-                m = self.momentum
+                old = state.get(self) or tuple(getattr(self, f) for f in self.state_fields)
+                count: tuple[Any, ...] = ()
+                if self.momentum is None:  # cumulative moving average, as PyTorch's momentum=None
+                    count = (jnp.asarray(old[2]) + 1,)
+                    m: Any = 1.0 / count[0].astype(ctype)
+                else:
+                    m = self.momentum
                 unbiased = var * (n / max(n - 1, 1))
                 rm = (1 - m) * old[0].astype(ctype) + m * mean
                 rv = (1 - m) * old[1].astype(ctype) + m * unbiased
-                new_state = state.set(self, (rm.astype(self.running_mean.dtype), rv.astype(self.running_var.dtype)))
+                new_state = state.set(self, (rm.astype(self.running_mean.dtype), rv.astype(self.running_var.dtype)) + count)
         shape = (-1,) + (1,) * len(spatial)
         y = (xf - mean.reshape(shape)) * lax.rsqrt(var + self.eps).reshape(shape)
         if self.weight is not None:

@@ -14,6 +14,19 @@ def default_float_dtype(dtype: Any) -> Any:
     return jnp.result_type(float) if dtype is None else dtype
 
 
+def uniform(key: jax.Array, shape: tuple[int, ...], dtype: Any, lim: float) -> jax.Array:
+    """``uniform(-lim, lim)`` of ``shape`` and ``dtype``.  For a complex dtype the real and the
+    imaginary parts are drawn independently, each from ``uniform(-lim, lim)`` (with the two
+    halves of ``key``; as Equinox), since ``jax.random.uniform`` draws real numbers only."""
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        part = jnp.zeros((), dtype).real.dtype
+        rkey, ikey = jax.random.split(key, 2)
+        real = jax.random.uniform(rkey, shape, part, minval=-lim, maxval=lim)
+        imag = jax.random.uniform(ikey, shape, part, minval=-lim, maxval=lim)
+        return jax.lax.complex(real, imag).astype(dtype)
+    return jax.random.uniform(key, shape, dtype, minval=-lim, maxval=lim)
+
+
 def check_key(key: Any, layer: str) -> jax.Array:
     """Raise TypeError unless ``key`` looks like a PRNG key (``jax.random.key`` / ``PRNGKey``)."""
     if key is None:

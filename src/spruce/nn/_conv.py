@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._module import Module, field
-from ._common import as_tuple, check_key, check_rank, check_size, compute_dtype, default_float_dtype
+from ._common import as_tuple, check_key, check_rank, check_size, compute_dtype, default_float_dtype, uniform
 
 Pairs = tuple[tuple[int, int], ...]
 
@@ -62,8 +62,8 @@ def _init(key: jax.Array, wshape: tuple[int, ...], out_channels: int, use_bias: 
     fan_in = wshape[1] * math.prod(wshape[2:])
     lim = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
     wkey, bkey = jax.random.split(key, 2)
-    weight = jax.random.uniform(wkey, wshape, dtype, minval=-lim, maxval=lim)
-    bias = jax.random.uniform(bkey, (out_channels,), dtype, minval=-lim, maxval=lim) if use_bias else None
+    weight = uniform(wkey, wshape, dtype, lim)  # complex: real and imaginary parts each uniform
+    bias = uniform(bkey, (out_channels,), dtype, lim) if use_bias else None
     return weight, bias
 
 

@@ -8,8 +8,9 @@ from typing import Any, Callable, Iterator, Literal, Sequence, overload
 import jax
 import jax.numpy as jnp
 
-from .._module import Module, field
-from ._common import check_key, check_shape, check_size, default_float_dtype
+from .._module import Module, field, is_array
+from .. import tree as _tree
+from ._common import check_key, check_shape, check_size, default_float_dtype, uniform
 
 Features = int | Literal["scalar"]
 
@@ -35,7 +36,8 @@ class Linear(Module):
 
     Initialisation: both ``weight`` and ``bias`` are drawn from
     ``uniform(-1/sqrt(fan_in), 1/sqrt(fan_in))`` with ``fan_in = in`` (the rule of PyTorch's and
-    Equinox's Linear); ``wkey, bkey = jax.random.split(key, 2)``.
+    Equinox's Linear); ``wkey, bkey = jax.random.split(key, 2)``.  A complex ``dtype`` draws
+    the real and imaginary parts independently, each from that range (as Equinox).
 
     Call: ``layer(x, *, key=None)`` with ``x`` of shape ``(in,)`` (``()`` for ``'scalar'``),
     returns shape ``(out,)`` (``()`` for ``'scalar'``) in the promoted dtype of x and the
@@ -66,8 +68,8 @@ class Linear(Module):
         n_out = 1 if out_features == "scalar" else int(out_features)
         wkey, bkey = jax.random.split(key, 2)
         lim = 1.0 / math.sqrt(n_in) if n_in > 0 else 0.0
-        self.weight = jax.random.uniform(wkey, (n_out, n_in), dtype, minval=-lim, maxval=lim)
-        self.bias = jax.random.uniform(bkey, (n_out,), dtype, minval=-lim, maxval=lim) if use_bias else None
+        self.weight = uniform(wkey, (n_out, n_in), dtype, lim)
+        self.bias = uniform(bkey, (n_out,), dtype, lim) if use_bias else None
         self.in_features = in_features
         self.out_features = out_features
         self.use_bias = bool(use_bias)
@@ -154,15 +156,33 @@ class MLP(Module):
       in_size, out_size: input / output vector sizes (``'scalar'`` allowed, as Linear).
       width_size: hidden size; depth: number of hidden layers (0 gives a single Linear).
       activation: applied after every hidden layer (default ``jax.nn.relu``).
-      final_activation: applied to the output (default identity).
+      final_activation: applied to the output (default identity).  Both are static fields, so
+        a layer with parameters (``PReLU``) is refused with a TypeError (its parameters would
+        never be trained; use a ``Sequential``), where Equinox trains one copy per neuron.
       use_bias, use_final_bias: biases of the hidden / last Linear.
       dtype: parameter dtype (default float32).
+      scan: keyword-only (default False).  If True, the ``depth - 1`` hidden-to-hidden layers
+        are stored as one stacked Linear and run with ``jax.lax.scan``, so the traced program,
+        and the compile time, do not grow with ``depth`` (Equinox's ``MLP(scan=True)``).
       key: PRNG key (keyword-only, required), split into ``depth + 1`` keys, one per Linear.
 
-    Fields: ``layers`` (tuple of ``depth + 1`` Linear, initialised as Linear documents); the
-    sizes and both activations are static (functions must be hashable).
+    Fields: ``layers``, initialised as Linear documents: without ``scan``, a tuple of
+    ``depth + 1`` Linear; with ``scan`` and ``depth >= 1``, the three Linear ``(first, hidden,
+    last)``, where ``hidden`` holds the ``depth - 1`` middle layers stacked along a new leading
+    axis (``weight`` ``(depth - 1, width, width)``, ``bias`` ``(depth - 1, width)``; empty for
+    ``depth == 1``).  For the same ``key`` both layouts hold the same numbers: layer ``i`` of
+    the unscanned MLP is ``hidden`` sliced at ``i - 1``.  The sizes, both activations and
+    ``scan`` are static (functions must be hashable).
 
     Call: ``mlp(x, *, key=None)`` with ``x`` of shape ``(in_size,)`` returns ``(out_size,)``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> deep = MLP(3, 1, width_size=4, depth=6, scan=True, key=jax.random.PRNGKey(0))
+    >>> [layer.weight.shape for layer in deep.layers]
+    [(4, 3), (5, 4, 4), (1, 4)]
+    >>> flat = MLP(3, 1, width_size=4, depth=6, key=jax.random.PRNGKey(0))
+    >>> bool(jnp.allclose(deep(jnp.ones(3)), flat(jnp.ones(3)), rtol=1e-5, atol=1e-6))
+    True
     """
 
     layers: tuple[Linear, ...]
@@ -172,6 +192,7 @@ class MLP(Module):
     out_size: Features = field(static=True)
     width_size: int = field(static=True)
     depth: int = field(static=True)
+    scan: bool = field(static=True, default=False)
 
     def __init__(
         self,
@@ -185,10 +206,21 @@ class MLP(Module):
         use_final_bias: bool = True,
         dtype: Any = None,
         *,
+        scan: bool = False,
         key: jax.Array,
     ) -> None:
         check_size(width_size, "width_size", "MLP")
         check_size(depth, "depth", "MLP")
+        if not isinstance(scan, bool):
+            raise TypeError(f"MLP: scan must be a bool, got {scan!r}")
+        for name, fn in (("activation", activation), ("final_activation", final_activation)):
+            if any(is_array(leaf) for leaf in _tree.leaves(fn)):
+                raise TypeError(
+                    f"MLP: {name} holds arrays ({type(fn).__name__}, a layer with parameters); "
+                    f"MLP keeps its activations as static fields, where they would never be "
+                    f"trained.  Build the network as a Sequential of Linear and {type(fn).__name__} "
+                    f"layers instead"
+                )
         key = check_key(key, "MLP")
         keys = jax.random.split(key, depth + 1)
         layers: list[Linear] = []
@@ -196,8 +228,11 @@ class MLP(Module):
             layers.append(Linear(in_size, out_size, use_final_bias, dtype, key=keys[0]))
         else:
             layers.append(Linear(in_size, width_size, use_bias, dtype, key=keys[0]))
-            for i in range(depth - 1):
-                layers.append(Linear(width_size, width_size, use_bias, dtype, key=keys[i + 1]))
+            if scan:  # one Linear per key, built under vmap: the same numbers as the loop below
+                layers.append(jax.vmap(lambda k: Linear(width_size, width_size, use_bias, dtype, key=k))(keys[1:depth]))
+            else:
+                for i in range(depth - 1):
+                    layers.append(Linear(width_size, width_size, use_bias, dtype, key=keys[i + 1]))
             layers.append(Linear(width_size, out_size, use_final_bias, dtype, key=keys[-1]))
         self.layers = tuple(layers)
         self.activation = activation
@@ -206,8 +241,18 @@ class MLP(Module):
         self.out_size = out_size
         self.width_size = width_size
         self.depth = depth
+        self.scan = scan
 
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
+        if self.scan and self.depth > 0:
+            first, hidden, last = self.layers
+            activation = self.activation
+
+            def step(h: jax.Array, layer: Linear) -> tuple[jax.Array, None]:
+                return activation(layer(h)), None
+
+            x, _ = jax.lax.scan(step, self.activation(first(x)), hidden)
+            return self.final_activation(last(x))  # type: ignore[no-any-return]
         for layer in self.layers[:-1]:
             x = self.activation(layer(x))
         return self.final_activation(self.layers[-1](x))  # type: ignore[no-any-return]

@@ -2,8 +2,9 @@
 ``update_state``; the design is in ``State``'s docstring) and the inference switch
 (``inference_mode``).
 
-A stateful layer declares ``state_fields`` (a class attribute: the names of its state fields)
-and a static ``state_index`` field (None when it keeps no state).
+A stateful layer declares ``state_fields`` (a tuple of the names of its state fields: a class
+attribute, or a property when it depends on the layer) and a static ``state_index`` field (None
+when it keeps no state).
 """
 
 from __future__ import annotations
@@ -11,12 +12,29 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+import numpy as np
+
 from .._module import Module
 from ._common import map_modules, replace_fields
 
 
 def _is_stateful(m: Any) -> bool:
-    return isinstance(getattr(type(m), "state_fields", None), tuple) and getattr(m, "state_index", None) is not None
+    return isinstance(getattr(m, "state_fields", None), tuple) and getattr(m, "state_index", None) is not None
+
+
+def _keep_dtype(old: Any, new: Any) -> Any:
+    """``new`` as written back into a layer: with ``old``'s dtype (and as NumPy if ``old`` is)
+    when they differ and ``new`` is concrete.  A NumPy int64 counter (PyTorch's dtype) comes
+    back from a step under jax.jit as int32 unless jax_enable_x64; this keeps it int64, so the
+    layer still loads and saves the same checkpoints."""
+    old_dtype, new_dtype = getattr(old, "dtype", None), getattr(new, "dtype", None)
+    if old_dtype is None or new_dtype is None or old_dtype == new_dtype:
+        return new
+    try:
+        value = np.asarray(new)
+    except TypeError:  # a tracer (update_state under jax.jit): keep it
+        return new
+    return value.astype(old_dtype) if isinstance(old, np.ndarray) else new.astype(old_dtype)
 
 
 class State(Module):
@@ -26,7 +44,8 @@ class State(Module):
     ``State(model)`` collects the current values from ``model`` (``State()`` is empty; a layer
     absent from a state starts from the values it holds).  Field: ``values``, a dict from a
     layer's ``state_index`` to the tuple of its ``state_fields`` values (for BatchNorm
-    ``(running_mean, running_var)``); it is the only child, so ``jax.jit``, ``jax.vmap``
+    ``(running_mean, running_var)``, and ``num_batches_tracked`` third with ``momentum=None``);
+    it is the only child, so ``jax.jit``, ``jax.vmap``
     (``in_axes=None`` / ``out_axes=None``: the statistics are the same for every example) and
     ``spruce.io.save`` take a State like any pytree.
 
@@ -63,7 +82,7 @@ class State(Module):
 
         def collect(m: Any) -> Any:
             if _is_stateful(m):
-                values[m.state_index] = tuple(getattr(m, f) for f in type(m).state_fields)
+                values[m.state_index] = tuple(getattr(m, f) for f in m.state_fields)
             return m
 
         if model is not None:
@@ -100,7 +119,9 @@ def make_with_state(cls: Callable[..., Any]) -> Callable[..., tuple[Any, State]]
 
 def update_state(model: Any, state: State) -> Any:
     """A copy of ``model`` whose stateful layers hold the values in ``state`` (layers without an
-    entry are kept).  Call it after training, before evaluating or saving the model.
+    entry are kept).  Call it after training, before evaluating or saving the model.  A value
+    whose dtype differs from the one the layer holds is cast back to it (BatchNorm's int64
+    ``num_batches_tracked`` comes back from a jitted step as int32 unless jax_enable_x64).
 
     Raises TypeError if ``state`` is not a State.
     """
@@ -111,7 +132,7 @@ def update_state(model: Any, state: State) -> Any:
         if _is_stateful(m):
             value = state.values.get(m.state_index)
             if value is not None:
-                return replace_fields(m, **dict(zip(type(m).state_fields, value)))
+                return replace_fields(m, **{f: _keep_dtype(getattr(m, f), v) for f, v in zip(m.state_fields, value)})
         return m
 
     return map_modules(put, model)
