@@ -223,6 +223,7 @@ class DictData:
     shared: bool
     perm: list[int] | None
     entries: list[Any] | None  # the DictKey entries of ``keys``, made when first asked for
+    inv: list[int] | None  # the sorted position of each key in insertion order, made by build
 
     def __init__(self, keys: list[Any], order: list[Any] | None, factory: Any) -> None:
         self.keys = keys
@@ -233,6 +234,7 @@ class DictData:
         self.shared = False
         self.perm = None
         self.entries = None
+        self.inv = None
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DictData):
