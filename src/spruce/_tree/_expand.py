@@ -121,7 +121,7 @@ def expand_registered(x: Any, info: NodeInfo) -> tuple[int, Any, list[Any]]:
     kind = info.kind
     if kind == CUSTOM:
         ch, aux = info.flatten_node(x)
-        return (len(ch) << SHIFT) | CUSTOM, CustomData(info, aux), ch
+        return (len(ch) << SHIFT) | CUSTOM, info.custom_data(aux), ch
     if kind == NAMEDTUPLE or kind == STRUCTSEQ:
         ch = list(x)
         return (len(ch) << SHIFT) | kind, info.nodetype, ch
@@ -180,7 +180,7 @@ def expand_with_keys(x: Any, none_is_leaf: bool) -> tuple[int, Any, list[Any], l
             return LEAF, None, EMPTY, EMPTY
         if kind == CUSTOM:
             ch, keys, aux = info.flatten_node_with_keys(x)
-            return (len(ch) << SHIFT) | CUSTOM, CustomData(info, aux), ch, keys
+            return (len(ch) << SHIFT) | CUSTOM, info.custom_data(aux), ch, keys
         code, data, ch = expand_registered(x, info)
     else:
         code, data, ch = expand(x, none_is_leaf)
