@@ -136,3 +136,18 @@ def test_a_second_tree_list_shrunk_by_the_callback_raises_a_clear_error() -> Non
 
     with pytest.raises(RuntimeError, match="changed size while it was being walked"):
         st.map(f, [1, 2, 3], other)
+
+
+@pytest.mark.parametrize("n", range(1, 13))
+def test_rebuilt_dicts_of_every_small_size_keep_insertion_order_and_values(n: int) -> None:
+    # up to 5 keys an unsorted dict is rebuilt by inserting in insertion order, above by a
+    # template: both must give the dict's own order, its values under the right keys, and the
+    # same again when the PyTreeDef is used a second and third time
+    for keys in ([f"k{i}" for i in range(n)], list(range(n))):
+        for order in (keys[::-1], keys[1:] + keys[:1], keys[::2] + keys[1::2]):
+            d: dict[Any, Any] = {k: f"v{k}" for k in order}
+            leaves, td = st.flatten(d)
+            for _ in range(3):
+                rebuilt = st.unflatten(td, leaves)
+                assert list(rebuilt.items()) == list(d.items())
+            assert list(st.map(lambda x: x + "!", d).items()) == [(k, v + "!") for k, v in d.items()]

@@ -11,7 +11,7 @@ classes.  ``match_children`` takes another tree's node in the order of a given o
 from __future__ import annotations
 
 from collections import OrderedDict, defaultdict, deque
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ._keys import GetAttrKey, dict_keys, sequence_keys
 from ._kinds import (
@@ -31,6 +31,9 @@ from ._kinds import (
 )
 from ._nodes import CustomData, DictData, NodeInfo, sorted_keys
 from ._registry import _cache, lookup
+
+if TYPE_CHECKING:
+    from mypy_extensions import i64  # native ints when compiled (see _traverse)
 
 EMPTY: Final[list[Any]] = []
 _ABSENT: Final = object()
@@ -118,7 +121,7 @@ def expand_registered(x: Any, info: NodeInfo) -> tuple[int, Any, list[Any]]:
     kind = info.kind
     if kind == CUSTOM:
         ch, aux = info.flatten_node(x)
-        return (len(ch) << SHIFT) | CUSTOM, CustomData(info, aux), ch
+        return (len(ch) << SHIFT) | CUSTOM, info.custom_data(aux), ch
     if kind == NAMEDTUPLE or kind == STRUCTSEQ:
         ch = list(x)
         return (len(ch) << SHIFT) | kind, info.nodetype, ch
@@ -177,7 +180,7 @@ def expand_with_keys(x: Any, none_is_leaf: bool) -> tuple[int, Any, list[Any], l
             return LEAF, None, EMPTY, EMPTY
         if kind == CUSTOM:
             ch, keys, aux = info.flatten_node_with_keys(x)
-            return (len(ch) << SHIFT) | CUSTOM, CustomData(info, aux), ch, keys
+            return (len(ch) << SHIFT) | CUSTOM, info.custom_data(aux), ch, keys
         code, data, ch = expand_registered(x, info)
     else:
         code, data, ch = expand(x, none_is_leaf)
@@ -233,6 +236,53 @@ def match_children(code: int, data: Any, y: Any, none_is_leaf: bool) -> list[Any
     return ych
 
 
+def insertion_children(keys: list[Any], order: Any) -> list[int]:
+    """For each key of ``order`` (insertion order) its position in ``keys`` (sorted order)."""
+    at: dict[Any, int] = {}
+    for i in range(len(keys)):
+        at[keys[i]] = i
+    return [at[k] for k in order]
+
+
+def build_dict(dd: DictData, src: list[Any], start: i64) -> dict[Any, Any]:
+    """A dict node of node data ``dd`` whose children, in sorted key order, are
+    ``src[start:start + len(dd.keys)]`` (unflatten passes its leaves list: no slice)."""
+    keys = dd.keys
+    order = dd.order
+    # A dict that already has the keys in insertion order, assigned in sorted order, keeps the
+    # order without per-key lookups.  A node rebuilt more than once (a PyTreeDef unflattened
+    # again and again, or a dict shape shared by many nodes) copies a cached template, which
+    # is cheaper than inserting the keys (no table growth); a node rebuilt once (map) does not
+    # make one.
+    template = dd.template
+    if order is None and len(keys) <= 16:
+        out: dict[Any, Any] = {}  # small and sorted: inserting is as cheap as copying
+    elif order is not None and len(keys) <= 5:
+        # Small and not sorted: inserted in insertion order, ``inv`` giving each key's child.
+        # Up to 5 keys (what a new dict holds before its first resize) this is cheaper than a
+        # template copy plus assignment; at 8 keys it was dearer (measured).
+        inv = dd.inv
+        if inv is None:
+            inv = insertion_children(keys, order)
+            dd.inv = inv
+        out = {}
+        for j in range(len(inv)):
+            out[order[j]] = src[start + inv[j]]
+        return out
+    elif template is not None:
+        out = template.copy()
+    elif dd.built:
+        template = dict.fromkeys(keys if order is None else order)
+        dd.template = template
+        out = template.copy()
+    else:
+        dd.built = True
+        out = {} if order is None else dict.fromkeys(order)
+    for i in range(len(keys)):
+        out[keys[i]] = src[start + i]
+    return out
+
+
 def build(code: int, data: Any, children: list[Any]) -> Any:
     """Put one node together from its code, node data and (already built) children.
 
@@ -244,29 +294,7 @@ def build(code: int, data: Any, children: list[Any]) -> Any:
     if kind == TUPLE:
         return tuple(children)
     if kind == DICT:
-        dd: DictData = data
-        keys = dd.keys
-        order = dd.order
-        # A dict that already has the keys in insertion order, assigned in sorted order, keeps
-        # the order without per-key lookups.  A node rebuilt more than once (a PyTreeDef
-        # unflattened again and again, or a dict shape shared by many nodes) copies a cached
-        # template, which is cheaper than inserting the keys (no table growth); a node rebuilt
-        # once (map) does not make one.
-        template = dd.template
-        if order is None and len(keys) <= 16:
-            out: dict[Any, Any] = {}  # small and sorted: inserting is as cheap as copying
-        elif template is not None:
-            out = template.copy()
-        elif dd.built:
-            template = dict.fromkeys(keys if order is None else order)
-            dd.template = template
-            out = template.copy()
-        else:
-            dd.built = True
-            out = {} if order is None else dict.fromkeys(order)
-        for i in range(len(keys)):
-            out[keys[i]] = children[i]
-        return out
+        return build_dict(data, children, 0)
     if kind == NONE:
         return None
     if kind == CUSTOM:

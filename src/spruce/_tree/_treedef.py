@@ -14,7 +14,7 @@ from collections import OrderedDict, defaultdict, deque
 from typing import TYPE_CHECKING, Any, Callable, Final, Iterable
 
 from ._errors import changed_size, mismatch_detail, nodes_of, path_of, path_text
-from ._expand import EMPTY, build, expand, structseq_fields
+from ._expand import build, build_dict, expand, structseq_fields
 from ._kinds import (
     CUSTOM,
     DEFAULTDICT,
@@ -458,7 +458,8 @@ def unflatten_table(codes: list[int], data: list[Any], nodes: list[int], leaves:
     nearest one in pre-order on top; the stack never shrinks, ``sp`` marks its top, so pushes
     and pops never reallocate it).  The leaves met since the last node are not pushed but kept
     pending as the slice ``leaves[lo:hi]``: a node whose children are all leaves takes them as
-    one slice, and only leaves that belong to an ancestor are pushed, once each.
+    one slice (a dict reads them in place, without one), and only leaves that belong to an
+    ancestor are pushed, once each.
     """
     if not nodes:  # the root is a leaf
         return leaves[0]
@@ -476,8 +477,6 @@ def unflatten_table(codes: list[int], data: list[Any], nodes: list[int], leaves:
         k: i64 = c >> SHIFT
         pending: i64 = hi - lo
         if k <= pending:
-            # (a None hole, common in optimizer states, needs no children list: see below)
-            ch = EMPTY if c == NONE else leaves[lo : lo + k]
             # pending leaves after this node's own belong to an ancestor: they go under it
             j: i64 = hi - 1
             while j >= lo + k:
@@ -487,24 +486,34 @@ def unflatten_table(codes: list[int], data: list[Any], nodes: list[int], leaves:
                     stack.append(leaves[j])
                 sp += 1
                 j -= 1
-        elif pending == 0:
-            m: i64 = sp - k
-            if k == 1:
-                ch = [stack[m]]
+            # its own are leaves[lo:lo + k]: a dict reads them there, other nodes get a slice
+            # (a None hole, common in optimizer states, gets nothing)
+            if c == NONE:
+                node: Any = None
+            elif c & MASK == DICT:
+                node = build_dict(data[t], leaves, lo)
             else:
-                ch = stack[m:sp]
-                ch.reverse()
-            sp = m
+                ch = leaves[lo : lo + k]
+                node = ch if c & MASK == LIST else build(c, data[t], ch)
         else:
-            ch = leaves[lo:hi]
-            m = sp - (k - pending)
-            j = sp - 1
-            while j >= m:
-                ch.append(stack[j])
-                j -= 1
+            if pending == 0:
+                m: i64 = sp - k
+                if k == 1:
+                    ch = [stack[m]]
+                else:
+                    ch = stack[m:sp]
+                    ch.reverse()
+            else:
+                ch = leaves[lo:hi]
+                m = sp - (k - pending)
+                j = sp - 1
+                while j >= m:
+                    ch.append(stack[j])
+                    j -= 1
             sp = m
+            # a fresh list (a slice or made here): a list node is that list, as build gives
+            node = ch if c & MASK == LIST else build(c, data[t], ch)
         hi = lo
-        node = None if c == NONE else build(c, data[t], ch)  # EMPTY never reaches build
         if sp < len(stack):
             stack[sp] = node
         else:

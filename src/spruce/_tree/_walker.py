@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Final
 
-from ._depth import CycleFound, MismatchFound, check_depth
+from ._depth import COMPILED, CycleFound, MismatchFound, check_depth
 from ._errors import changed_size
 from ._expand import EMPTY, build, expand, expand_with_keys, match_children
 from ._keys import SEQUENCE_KEYS, sequence_keys
@@ -55,6 +55,35 @@ def leaf_path(kstack: list[Any], k: Any, depth: int) -> tuple[Any, ...]:
     path = tuple(kstack)
     kstack.pop()
     return path
+
+
+class _Frame:
+    """Where a walk was in a node's parent when it entered the node: the parent's items, their
+    matches in the other trees and their keys, the position after the node and the parent's
+    length, and (mapping) the parent's results so far, code and node data.
+
+    A walk keeps one frame per level it has reached and reuses it for every later node at that
+    level, so entering a node allocates nothing and compiled, the two positions stay native
+    ints (a tuple per level cost an allocation and the boxing of both)."""
+
+    seq: list[Any]
+    pos: i64
+    n: i64
+    rseqs: list[list[Any]]
+    keys: list[Any]
+    outs: list[Any]
+    code: int
+    dat: Any
+
+    def __init__(self) -> None:
+        self.seq = EMPTY
+        self.pos = 0
+        self.n = 0
+        self.rseqs = EMPTY
+        self.keys = EMPTY
+        self.outs = EMPTY
+        self.code = 0
+        self.dat = None
 
 
 class Walker:
@@ -80,7 +109,9 @@ class Walker:
     _pos: i64
     _n: i64
     _depth: i64
-    _stack: list[tuple[list[Any], int, int, list[list[Any]], list[Any], list[Any], int, Any]]
+    _frames: list[_Frame]  # compiled: one per level reached below the items walk() was given
+    _stack: list[tuple[list[Any], i64, i64, list[list[Any]], list[Any], list[Any], int, Any]]  # uncompiled
+    _sp: i64  # frames in use
     _outs: list[Any]
     _code: int
     _dat: Any
@@ -130,7 +161,9 @@ class Walker:
         self._pos = 0
         self._n = len(seq)
         self._depth = depth
+        self._frames = []
         self._stack = []
+        self._sp = 0
         self._outs = []
         self._code = LIST
         self._dat = None
@@ -152,9 +185,13 @@ class Walker:
         codes = self.codes
         data = self.data
         kstack = self.kstack
-        # One frame per node being walked: (its parent's seq, rseqs, keys and outs, the position
-        # after it and the length of the parent's seq, its own code and node data).
+        # One frame per node being walked: compiled, ``frames[:sp]`` (a _Frame per level, kept
+        # and reused); run by the interpreter, where making a _Frame is a Python call, a tuple
+        # (its parent's seq, pos, n, rseqs, keys, outs, code, dat) per node in ``stack``.
+        frames = self._frames
         stack = self._stack
+        sp: i64 = self._sp
+        built: Any = None
         seq = self._seq
         rseqs = self._rseqs
         keys = self._keys
@@ -241,7 +278,26 @@ class Walker:
                     mark = x
                     mark_depth = depth
                     check_depth(depth)
-                stack.append((seq, pos, n, rseqs, keys, outs, code, dat))
+                if COMPILED:
+                    if sp < len(frames):
+                        fr = frames[sp]
+                    else:
+                        fr = _Frame()
+                        frames.append(fr)
+                    fr.seq = seq
+                    fr.pos = pos
+                    fr.n = n
+                    if nrest:
+                        fr.rseqs = rseqs
+                    if paths:
+                        fr.keys = keys
+                    if mapping:
+                        fr.outs = outs
+                        fr.code = code
+                        fr.dat = dat
+                    sp += 1
+                else:
+                    stack.append((seq, pos, n, rseqs, keys, outs, code, dat))
                 if nrest:
                     rseqs = children
                 if paths:
@@ -256,14 +312,31 @@ class Walker:
                 seq = ch
                 pos = 0
                 n = len(ch)
-            elif stack:
+            elif stack or sp > 0:  # (one of the two is used: see above)
                 depth -= 1
                 if depth <= mark_depth:
                     mark = _NO_MARK
                     mark_depth = 0
                 if paths and depth > 0:
                     kstack.pop()
-                if mapping:
+                if COMPILED:
+                    if mapping:
+                        built = outs if code & MASK == LIST else build(code, dat, outs)
+                    sp -= 1
+                    fr = frames[sp]
+                    seq = fr.seq
+                    pos = fr.pos
+                    n = fr.n
+                    if nrest:
+                        rseqs = fr.rseqs
+                    if paths:
+                        keys = fr.keys
+                    if mapping:
+                        outs = fr.outs
+                        code = fr.code
+                        dat = fr.dat
+                        outs.append(built)
+                elif mapping:
                     built = outs if code & MASK == LIST else build(code, dat, outs)
                     seq, pos, n, rseqs, keys, outs, code, dat = stack.pop()
                     outs.append(built)
@@ -284,4 +357,5 @@ class Walker:
         self._dat = dat
         self._mark = mark
         self._mark_depth = mark_depth
+        self._sp = sp
         return True
