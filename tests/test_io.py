@@ -1385,3 +1385,13 @@ def test_mismatch_names_the_dtype_the_cast_gave(tmp_path: pathlib.Path) -> None:
     with pytest.raises(spruce.io.MismatchError) as caught:
         spruce.io.load(path, like={"w": np.ones((2, 3), np.float16), "i": np.zeros(3, np.int32)}, dtype=np.float16)
     assert str(caught.value).endswith("i: like has int32[3], the file int64[3]")
+
+
+@pytest.mark.parametrize("dtype", [np.int32, bool, object, np.complex64, "int8"])
+def test_dtype_cast_refuses_a_non_float_dtype(tmp_path: pathlib.Path, dtype: Any) -> None:
+    path = str(tmp_path / "c.safetensors")
+    spruce.io.save(path, {"w": np.arange(8, dtype=np.float32)})
+    with pytest.raises(TypeError, match=r"dtype= casts floating-point tensors to another floating-point dtype"):
+        spruce.io.load(path, dtype=dtype)
+    assert spruce.io.load(path, dtype="bfloat16")["w"].dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(spruce.io.load(path, dtype=np.float64)["w"], np.arange(8.0))

@@ -439,9 +439,9 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
         pages.  A ``jax.Device`` entry means a ``SingleDeviceSharding``.  Without it, a
         ``jax.Array`` leaf of ``like`` gives its own sharding, and other leaves load as NumPy
         arrays.
-      dtype: None (default): dtypes must match exactly.  A dtype (``jnp.float32``,
-        ``'bfloat16'``): every floating-point tensor is cast to it (integer and bool tensors
-        are not).  ``'like'``: floating-point tensors are cast to the dtype of the floating
+      dtype: None (default): dtypes must match exactly.  A floating-point dtype
+        (``jnp.float32``, ``'bfloat16'``): every floating-point tensor is cast to it (integer
+        and bool tensors are not; another dtype is a TypeError).  ``'like'``: floating-point tensors are cast to the dtype of the floating
         ``like`` leaf they load into (PyTorch's ``load_state_dict`` copies into the
         parameter's dtype the same way).  Casting copies the array.
       mmap: True (default): arrays are views of a copy-on-write memory map.  False: every
@@ -459,7 +459,7 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
       ValueError: ``rename`` maps two entries to one name; ``shardings`` is not a prefix of
         the tree (naming the key path); ``dtype='like'`` without ``like`` or ``shardings``.
       TypeError: an entry of ``shardings`` that is not a Sharding, a Device or None (naming
-        its key path).
+        its key path); ``dtype`` that is not a floating-point dtype.
       spruce.sharding.ShardingError: (a ValueError) a sharding does not fit its tensor (a
         spec longer than the rank, a dimension the mesh axes do not divide), naming the key
         path, the shape and the spec.
@@ -527,6 +527,13 @@ class _Cast:
     def __init__(self, dtype: Any) -> None:
         self.like = isinstance(dtype, str) and dtype == "like"
         self.dtype = None if dtype is None or self.like else dtype_of_any(dtype)
+        if self.dtype is not None and not _is_float(self.dtype):
+            # A float tensor cast to an integer, bool, complex or object dtype would lose or
+            # change its values without a word: only a cast between float types is a policy.
+            raise TypeError(
+                f"load: dtype= casts floating-point tensors to another floating-point dtype; "
+                f"{describe(self.dtype)} is not one (integer and bool tensors are never cast)"
+            )
 
     def result(self, stored: np.dtype[Any], wanted: Any = None) -> np.dtype[Any]:
         """The dtype a tensor stored as ``stored`` loads as (into a leaf of dtype ``wanted``)."""
@@ -549,7 +556,8 @@ def _is_float(dt: np.dtype[Any]) -> bool:
 
 
 def dtype_of_any(dtype: Any) -> np.dtype[Any]:
-    """``np.dtype(dtype)``, also for ml_dtypes names such as ``'bfloat16'``."""
+    """``np.dtype(dtype)``, also for ml_dtypes names such as ``'bfloat16'``; TypeError if it is
+    not a dtype."""
     if isinstance(dtype, str):
         try:
             return dtype_of(dtype)
