@@ -171,10 +171,10 @@ def test_decode_weighted_average_around_argmax() -> None:
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"sample_rate": 0}, "sample_rate must be a positive whole number of Hz, got 0"),
-        ({"sample_rate": 44100.5}, "sample_rate must be a positive whole number of Hz, got 44100.5"),
-        ({"sample_rate": True}, "sample_rate must be a positive whole number of Hz, got True"),
-        ({"sample_rate": "16000"}, "sample_rate must be a positive whole number of Hz, got '16000'"),
+        ({"sample_rate": 0}, "sample_rate must be a whole number of Hz from 1 to 10,000,000, got 0"),
+        ({"sample_rate": 44100.5}, "sample_rate must be a whole number of Hz from 1 to 10,000,000, got 44100.5"),
+        ({"sample_rate": True}, "sample_rate must be a whole number of Hz from 1 to 10,000,000, got True"),
+        ({"sample_rate": "16000"}, "sample_rate must be a whole number of Hz from 1 to 10,000,000, got '16000'"),
         ({"capacity": "medium"}, "capacity must be 'full' or 'tiny'"),
         ({"hop_length": 0}, "hop_length must be an int >= 1"),
         ({"hop_length": 16.5}, "hop_length must be an int >= 1"),
@@ -268,14 +268,30 @@ def test_resample_equal_rates_and_bad_arguments() -> None:
     assert y.dtype == np.float32 and np.array_equal(y, x.astype(np.float32))
     assert crepe.resample(np.zeros(0), 44100).shape == (0,)
     for bad in (0, -16000, 22050.5, True, float("nan"), None):
-        with pytest.raises(ValueError, match="orig_sr must be a positive whole number of Hz"):
+        with pytest.raises(ValueError, match="orig_sr must be a whole number of Hz from 1 to 10,000,000"):
             crepe.resample(x, bad)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="target_sr must be a positive whole number of Hz, got 0"):
+    with pytest.raises(ValueError, match="target_sr must be a whole number of Hz from 1 to 10,000,000, got 0"):
         crepe.resample(x, 16000, 0)
     with pytest.raises(ValueError, match="one channel"):
         crepe.resample(np.zeros((2, 100)), 44100)
     with pytest.raises(ValueError, match="NaN or infinite"):
         crepe.resample(np.array([0.0, np.nan]), 44100)
+    with pytest.raises(ValueError, match="too large for float32"):
+        crepe.resample(np.array([1e300]), 44100)
+    for huge in (10_000_001, 1e20, 2**70):
+        with pytest.raises(ValueError, match="orig_sr must be a whole number of Hz from 1 to 10,000,000"):
+            crepe.resample(np.zeros(0), huge)
+    # empty audio needs no filter, whatever the rates
+    assert crepe.resample(np.zeros(0), 10_000_000 - 1).shape == (0,)
+
+
+def test_resample_rates_with_many_phases() -> None:
+    # 44,101 Hz and 16 kHz share no factor: 16,000 filter phases, made per block of outputs
+    x = _tone(440.0, 44101, 0.25)
+    y = crepe.resample(x, 44101)
+    assert y.shape == (-(-len(x) * 16000 // 44101),)
+    n = np.arange(300, len(y) - 300)
+    np.testing.assert_allclose(y[n], np.sin(2 * np.pi * 440.0 * n / 16000), rtol=0, atol=1e-5)
 
 
 @needs_weights

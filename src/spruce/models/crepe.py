@@ -44,7 +44,7 @@ constants ``SAMPLE_RATE``, ``WINDOW_SIZE``, ``PITCH_BINS``, ``CENTS_PER_BIN``.
 from __future__ import annotations
 
 import importlib.util
-import os
+import math
 import pathlib
 import re
 import threading
@@ -60,6 +60,7 @@ from .._module import Module, field
 __all__ = [
     "CAPACITIES",
     "CENTS_PER_BIN",
+    "MAX_SAMPLE_RATE",
     "PITCH_BINS",
     "SAMPLE_RATE",
     "WINDOW_SIZE",
@@ -287,9 +288,12 @@ def _audio(audio: Any) -> np.ndarray:
         raise ValueError(f"crepe: audio must be one channel of shape (samples,), got shape {x.shape}")
     if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
         raise ValueError(f"crepe: audio must hold real numbers, got dtype {x.dtype}")
-    x = x.astype(np.float32)
     if not np.all(np.isfinite(x)):
         raise ValueError("crepe: audio holds NaN or infinite samples")
+    with np.errstate(over="ignore"):
+        x = x.astype(np.float32)
+    if not np.all(np.isfinite(x)):
+        raise ValueError("crepe: audio holds samples too large for float32 (above 3.4e38 in magnitude)")
     return x
 
 
@@ -299,12 +303,25 @@ def _hop(hop_length: Any) -> int:
     return int(hop_length)
 
 
+#: The highest sample rate accepted (10 MHz): far above audio, and it bounds the resampler's
+#: filter, whose length grows with the ratio of the rates.
+MAX_SAMPLE_RATE = 10_000_000
+
+
 def _check_rate(sample_rate: Any, name: str = "sample_rate") -> int:
-    """A sample rate as a positive int (an integral float is accepted), else ValueError."""
+    """A sample rate as an int in [1, MAX_SAMPLE_RATE] (an integral float is accepted), else
+    ValueError."""
     ok = not isinstance(sample_rate, bool) and isinstance(sample_rate, (int, float, np.integer, np.floating))
-    if ok and np.isfinite(sample_rate) and sample_rate >= 1 and float(sample_rate).is_integer():
-        return int(sample_rate)
-    raise ValueError(f"crepe: {name} must be a positive whole number of Hz, got {sample_rate!r}")
+    if ok:
+        try:
+            value = float(sample_rate)
+        except (OverflowError, TypeError, ValueError):
+            value = math.inf
+        if 1 <= value <= MAX_SAMPLE_RATE and value.is_integer():
+            return int(value)
+    raise ValueError(
+        f"crepe: {name} must be a whole number of Hz from 1 to {MAX_SAMPLE_RATE:,}, got {sample_rate!r}"
+    )
 
 
 #: The resampler's filter: a Kaiser-windowed sinc reaching this many zero crossings on each
@@ -333,14 +350,14 @@ def resample(audio: Any, orig_sr: int, target_sr: int = SAMPLE_RATE) -> np.ndarr
 
     Args:
       audio: one channel, shape ``(samples,)``, real numbers.
-      orig_sr, target_sr: the sample rates in Hz, positive whole numbers.
+      orig_sr, target_sr: the sample rates in Hz, whole numbers from 1 to ``MAX_SAMPLE_RATE``.
 
     Returns:
       float32 ``(ceil(samples * target_sr / orig_sr),)``; the input as float32 when the rates
       are equal.
 
-    Raises ValueError for audio that is not one channel of finite real numbers, or a rate that
-    is not a positive whole number.
+    Raises ValueError for audio that is not one channel of finite real numbers (within
+    float32's range), or a rate that is not a whole number from 1 to ``MAX_SAMPLE_RATE``.
 
     >>> t = np.arange(44100) / 44100
     >>> y = resample(np.sin(2 * np.pi * 440 * t), 44100)
@@ -350,12 +367,10 @@ def resample(audio: Any, orig_sr: int, target_sr: int = SAMPLE_RATE) -> np.ndarr
     >>> bool(np.abs(y[n] - np.sin(2 * np.pi * 440 * n / 16000)).max() < 1e-3)
     True
     """
-    import math
-
     x = _audio(audio)
     orig = _check_rate(orig_sr, "orig_sr")
     target = _check_rate(target_sr, "target_sr")
-    if orig == target:
+    if orig == target or len(x) == 0:
         return x
     g = math.gcd(orig, target)
     up, down = target // g, orig // g  # output n is at input time n * down / up
@@ -365,25 +380,37 @@ def resample(audio: Any, orig_sr: int, target_sr: int = SAMPLE_RATE) -> np.ndarr
     half = _ZERO_CROSSINGS / (2 * fc)
     lo = math.ceil(half)  # taps k - lo + 1 .. k + lo around k = floor(t) cover |t - tap| < half
     taps = np.arange(-lo + 1, lo + 1)
-    phases = np.arange(up)
-    # For phase p, t = base + p * down / up with base an integer; tap j reads x[base + taps[j]]
-    # at distance d = p * down / up - taps[j] (as a fraction of the phase's offset below 1).
+    # Blocks of outputs keep every temporary under about 2**22 floats, whatever the rates.
+    block = max(1, min(1 << 16, (1 << 22) // len(taps)))
+    # The filter of each phase (for phase p, t = base + p * down / up with base an integer, and
+    # tap j reads x[base + taps[j]]), tabulated once when there are few phases, else made for
+    # the phases of each block only (rates with a small common divisor have up to `up` phases).
+    table = _filter_rows(np.arange(up), up, down, taps, fc, half) if up * len(taps) <= (1 << 22) else None
+    padded = np.concatenate([np.zeros(lo), x.astype(np.float64), np.zeros(lo + 1)])
+    out = np.empty(n_out, np.float32)
+    for start in range(0, n_out, block):
+        n = np.arange(start, min(n_out, start + block))
+        base = n * down // up + lo
+        phase = n % up
+        rows = table[phase] if table is not None else _filter_rows(phase, up, down, taps, fc, half)
+        acc = np.zeros(len(n))
+        for j, tap in enumerate(taps):
+            acc += rows[:, j] * padded[base + tap]
+        out[start:start + len(n)] = acc
+    return out
+
+
+def _filter_rows(phases: np.ndarray, up: int, down: int, taps: np.ndarray, fc: float, half: float) -> np.ndarray:
+    """The resampling filter for each of ``phases``: ``(len(phases), len(taps))`` float64.  Tap
+    j of phase p is at distance ``d = (p * down mod up) / up - taps[j]`` input samples from
+    the output's instant: a sinc at cutoff ``fc`` windowed by a Kaiser window of half-width
+    ``half``."""
     frac = (phases * down % up) / up
     d = frac[:, None] - taps[None, :]
     inside = np.abs(d) < half
     ratio = np.sqrt(np.clip(1.0 - (d / half) ** 2, 0.0, 1.0))
     window = np.i0(_KAISER_BETA * ratio) / np.i0(_KAISER_BETA)
-    table = np.where(inside, 2 * fc * np.sinc(2 * fc * d) * window, 0.0)  # (up, taps)
-    padded = np.concatenate([np.zeros(lo), x.astype(np.float64), np.zeros(lo + 1)])
-    out = np.empty(n_out, np.float32)
-    for start in range(0, n_out, 1 << 16):  # blocks of outputs: bounded temporaries
-        n = np.arange(start, min(n_out, start + (1 << 16)))
-        base = n * down // up + lo
-        phase = n % up
-        acc = np.zeros(len(n))
-        for j, tap in enumerate(taps):
-            acc += table[phase, j] * padded[base + tap]
-        out[start:start + len(n)] = acc
+    out: np.ndarray = np.where(inside, 2 * fc * np.sinc(2 * fc * d) * window, 0.0)
     return out
 
 
@@ -417,8 +444,9 @@ def activations(audio: Any, sample_rate: int = SAMPLE_RATE, *, capacity: str = "
     Args:
       audio: one channel of samples, shape ``(samples,)``, floats (any scale: each frame is
         normalised); converted to float32.
-      sample_rate: of ``audio``, in Hz, a positive whole number; audio at another rate than
-        16000 is first resampled to 16 kHz with ``resample`` (as torchcrepe does with resampy).
+      sample_rate: of ``audio``, in Hz, a whole number up to ``MAX_SAMPLE_RATE``; audio at
+        another rate than 16000 is first resampled to 16 kHz with ``resample`` (as
+        torchcrepe does with resampy).
       capacity: ``"full"`` or ``"tiny"``.
       hop_length: samples at 16 kHz between frame centres (default 160: 10 ms), whatever
         ``sample_rate`` is.
