@@ -560,6 +560,17 @@ def test_batchnorm_training_threads_a_state() -> None:
     np.testing.assert_allclose(y_inf, jax.vmap(nn.inference_mode(trained))(x), rtol=1e-6)
 
 
+def test_batchnorm_takes_numpy_scalars_and_refuses_nan() -> None:
+    bn = nn.BatchNorm(2, eps=np.float32(1e-3), momentum=np.float32(0.25))
+    assert type(bn.momentum) is float and bn.momentum == 0.25 and type(bn.eps) is float
+    assert bn.eps == pytest.approx(1e-3)
+    for bad in (dict(momentum=float("nan")), dict(momentum=np.float32(1.5)), dict(momentum=np.bool_(True))):
+        with pytest.raises(ValueError, match="momentum must be a number in"):
+            nn.BatchNorm(2, **bad)
+    with pytest.raises(ValueError, match="eps must be a number >= 0"):
+        nn.BatchNorm(2, eps=float("nan"))
+
+
 def test_batchnorm_momentum_none_is_the_average_of_all_batches(tmp_path: Any) -> None:
     import spruce.io
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import uuid
 from typing import Any, Hashable
 
@@ -106,10 +107,10 @@ class BatchNorm(Module):
     ) -> None:
         check_size(num_features, "num_features", "BatchNorm")
         if momentum is not None and (
-            isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0.0 <= momentum <= 1.0
+            isinstance(momentum, (bool, np.bool_)) or not isinstance(momentum, numbers.Real) or not 0.0 <= momentum <= 1.0
         ):
             raise ValueError(f"BatchNorm: momentum must be a number in [0, 1] or None, got {momentum!r}")
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
+        if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, numbers.Real) or not eps >= 0:
             raise ValueError(f"BatchNorm: eps must be a number >= 0, got {eps!r}")
         dtype = default_float_dtype(dtype)
         self.weight = jnp.ones((num_features,), dtype) if affine else None
