@@ -304,6 +304,31 @@ def test_filter_jit_bad_shardings_name_the_key_path(mesh24: Any) -> None:
         filter_jit(_step_fn, in_shardings=(None, NamedSharding(mesh24, P("data"))))(params, placed)
 
 
+def test_filter_jit_sharding_errors_name_the_argument_output_or_module(mesh24: Any) -> None:
+    from spruce.jax import filter_jit
+
+    S = NamedSharding(mesh24, P("model"))  # 4 ways: does not divide 3
+    with pytest.raises(ValueError, match=r"^filter_jit: the in_shardings entry for argument args\[1\]\['w'\] \(shape \(3,\)\) does not divide it: "):
+        filter_jit(lambda q, p: p["w"] * 2, in_shardings=(None, {"w": S}))(np.ones(8), {"w": np.ones(3)})
+    with pytest.raises(ValueError, match=r"^filter_jit: an output of shape \(3,\) does not fit its out_shardings entry: "):
+        filter_jit(lambda a: {"k": a[:3]}, out_shardings={"k": S})(np.ones(8))
+    with pytest.raises(ValueError, match=r"^filter_jit: the output \(one array\) is incompatible with its sharding annotation"):
+        filter_jit(lambda a: a.sum(), out_shardings=S)(np.ones(8))
+    with pytest.raises(ValueError, match=r"the function returns a single array, so out_shardings must be one Sharding \(or None\), not a tuple"):
+        filter_jit(lambda a: a * 2, out_shardings=(S, S))(np.ones(8))
+    with pytest.raises(ValueError, match=r"at key path output\['k'\]: expected a dict with keys \['x'\], got an array"):
+        filter_jit(lambda a: {"k": a}, out_shardings={"k": {"x": S}})(np.ones(8))
+
+    class Scale(spruce.Module):
+        w: Any
+
+        def __call__(self, x: Any) -> Any:
+            return self.w * x
+
+    with pytest.raises(ValueError, match=r"^filter_jit\(.*Scale\): in_shardings: "):
+        filter_jit(Scale(np.ones(8)), in_shardings=(S, S))(np.ones(8))
+
+
 def test_view_counts_a_tied_array_once_and_draws_explain(mesh24: Any) -> None:
     """spruce.view's sharding records: an array held at two paths is held once by the devices,
     so it is one record and its bytes count once; and explain's report draws as a page whose

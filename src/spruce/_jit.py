@@ -298,7 +298,8 @@ class _Entry:
     """
 
     __slots__ = (
-        "fun", "treedef", "static", "jit_kwargs", "nested", "mode", "out_def", "out_static", "jitted", "out_shardings"
+        "fun", "treedef", "static", "jit_kwargs", "nested", "mode", "out_def", "out_static", "jitted", "out_shardings",
+        "name",
     )
 
     def __init__(
@@ -309,8 +310,10 @@ class _Entry:
         jit_kwargs: dict[str, Any],
         nested: bool,
         out_shardings: Any = None,
+        name: str = "",
     ) -> None:
         self.fun = fun
+        self.name = name or _name(fun)  # for messages
         self.treedef = treedef
         self.static = static
         self.jit_kwargs = jit_kwargs
@@ -336,7 +339,16 @@ class _Entry:
         else:
             leaves = [_DYN] * self.out_def.num_leaves if self.mode == _ARRAYS else list(self.out_static)
             tree = self.out_def.unflatten(leaves)
-        per_leaf = leaf_shardings(self.out_shardings, tree, f"filter_jit({_name(self.fun)}): out_shardings", "output")
+        what = f"filter_jit({self.name}): out_shardings"
+        try:
+            per_leaf = leaf_shardings(self.out_shardings, tree, what, "output")
+        except ValueError as e:
+            if self.mode == _BARE:
+                raise ValueError(
+                    f"{what}: the function returns a single array, so out_shardings must be one "
+                    f"Sharding (or None), not a {type(self.out_shardings).__name__}"
+                ) from None
+            raise ValueError(str(e).replace(f"a leaf of type {_tree_name(_Token)}", "an array")) from None
         placed = [s for s, x in zip(per_leaf, leaves) if x is _DYN]
         out = placed[0] if self.mode == _BARE else placed
         self.jitted = jax.jit(self._traced, **self.jit_kwargs, out_shardings=out)
@@ -405,7 +417,7 @@ class _Entry:
             k = tuple([jax.typeof(x) for x in dyn])
             fast = table.get(k)
             if fast is None:
-                sub = _Entry(self.fun, self.treedef, self.static, self.jit_kwargs, True, self.out_shardings)
+                sub = _Entry(self.fun, self.treedef, self.static, self.jit_kwargs, True, self.out_shardings, self.name)
                 out, table[k] = sub.first_call(list(dyn))
                 return out
             return fast(*dyn)
@@ -448,11 +460,19 @@ def _new_entry(
         jit_kwargs = {k: v for k, v in jit_kwargs.items() if k not in ("in_shardings", "out_shardings")}
         if in_shardings is not None:
             jit_kwargs["in_shardings"] = _in_shardings(fun, in_shardings, args, kwargs, kept, len(dyn))
-    return _Entry(fun, treedef, static, jit_kwargs, False, out_shardings)
+    return _Entry(fun, treedef, static, jit_kwargs, False, out_shardings, _name(fun, args, kept))
 
 
-def _name(fun: Any) -> str:
-    return getattr(fun, "__qualname__", None) or type(fun).__name__
+def _name(fun: Any, args: tuple[Any, ...] = (), kept: int = 0) -> str:
+    """The function's name for messages: the Module's class when filter_jit wraps a Module
+    (``args[0]``, called through ``_call_first``)."""
+    if fun is _call_first and kept and args:
+        return str(type(args[0]).__qualname__)
+    return str(getattr(fun, "__qualname__", None) or type(fun).__name__)
+
+
+def _tree_name(t: type) -> str:
+    return f"{t.__module__}.{t.__qualname__}"
 
 
 def _in_shardings(fun: Any, shardings: Any, args: tuple[Any, ...], kwargs: dict[str, Any], kept: int, n: int) -> tuple[Any, ...]:
@@ -461,7 +481,7 @@ def _in_shardings(fun: Any, shardings: Any, args: tuple[Any, ...], kwargs: dict[
     ``args[kept:]``; None (unconstrained) for a leading Module's leaves and keyword arguments."""
     user = args[kept:]
     lead = len(_split(_tree.leaves(args[:kept]))[0]) if kept else 0
-    per_leaf = leaf_shardings(shardings, user, f"filter_jit({_name(fun)}): in_shardings", "args")
+    per_leaf = leaf_shardings(shardings, user, f"filter_jit({_name(fun, args, kept)}): in_shardings", "args")
     out: list[Any] = [None] * lead
     out += [s for s, x in zip(per_leaf, _tree.leaves(user)) if _is_dynamic(x)]
     out += [None] * (n - len(out))
@@ -480,6 +500,8 @@ def _shown(path: tuple[Any, ...], kept: int) -> str:
     return f"argument args[{rest[0].idx - kept}]{_tree.keystr(rest[1:])}"
 
 
+_FULL_SHAPE = re.compile(r"full shape: (\([^)]*\))")
+_BARE_OUTPUT = "One of pjit outputs with pytree key path result is"
 _DYN_PATH = re.compile(r"\s*with pytree key path dyn\[(\d+)\]")
 _ARG_SHARDING = re.compile(r"arg sharding: (.*) for arg type: (\S+)", re.DOTALL)
 
@@ -506,6 +528,19 @@ def _call_error(err: Exception, args: tuple[Any, ...], kwargs: dict[str, Any], k
     if not isinstance(err, ValueError):
         return None
     text = str(err)
+    if "should evenly divide the shape" in text:  # jax's IndivisibleError names no argument
+        m = _FULL_SHAPE.search(text)
+        if m is not None:
+            hits = [p for p, x in dyn if str(tuple(getattr(x, "shape", ()))) == m.group(1)]
+            if hits:
+                shown = ", ".join(_shown(p, kept) for p in hits[:4]) + (", ..." if len(hits) > 4 else "")
+                return ValueError(
+                    f"filter_jit: the in_shardings entry for {'' if len(hits) == 1 else 'one of '}{shown} "
+                    f"(shape {m.group(1)}) does not divide it: {text}"
+                )
+            return ValueError(f"filter_jit: an output of shape {m.group(1)} does not fit its out_shardings entry: {text}")
+    if text.startswith(_BARE_OUTPUT):
+        return ValueError("filter_jit: the output (one array) is" + text[len(_BARE_OUTPUT):])
     m = _DYN_PATH.search(text)
     if m is not None and int(m.group(1)) < len(dyn):
         shown = _shown(dyn[int(m.group(1))][0], kept)
