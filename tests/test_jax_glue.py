@@ -296,6 +296,16 @@ def test_reusing_a_donated_argument_names_it() -> None:
         f(jnp.zeros(2))
 
 
+def test_one_donated_array_given_twice_names_both_places() -> None:
+    f = sjax.filter_jit(lambda p, x: p["w"] + x, donate="all")
+    p = {"w": jnp.ones(3)}
+    with pytest.raises(ValueError, match=r"^filter_jit: argument args\[0\]\['w'\] and argument args\[1\] are the same "
+                       r"array, and its buffer is donated"):
+        f(p, p["w"])
+    assert not p["w"].is_deleted()  # nothing was lost
+    np.testing.assert_allclose(f(p, jnp.ones(3)), [2.0, 2.0, 2.0])
+
+
 def test_filter_shard_on_one_device() -> None:
     from jax.sharding import PartitionSpec, SingleDeviceSharding
 

@@ -525,6 +525,17 @@ def _call_error(err: Exception, args: tuple[Any, ...], kwargs: dict[str, Any], k
                 "`params = step(params, batch)`), copy the array before the call, or do not donate "
                 "it (donate='all-except-first' keeps the first argument, donate='none' keeps all)"
             )
+    if "previously donated in the same call" in str(err):  # one buffer passed twice, donated
+        seen: dict[int, Any] = {}
+        for path, x in dyn:
+            if id(x) in seen:
+                return ValueError(
+                    f"filter_jit: {_shown(seen[id(x)], kept)} and {_shown(path, kept)} are the same array, "
+                    "and its buffer is donated: it cannot be given to the call twice. Pass a copy "
+                    "as one of them, or do not donate it (donate='none', or 'all-except-first' "
+                    "when it is in the first argument)"
+                )
+            seen[id(x)] = path
     if not isinstance(err, ValueError):
         return None
     text = str(err)
