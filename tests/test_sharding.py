@@ -148,6 +148,15 @@ def test_rules_are_values() -> None:
         a.strict = False  # type: ignore[misc]
 
 
+def test_bad_strict_and_mesh_are_type_errors() -> None:
+    with pytest.raises(TypeError, match=r"Rules: strict must be True or False, got 'no'"):
+        sh.Rules([("**", None)], strict="no")  # type: ignore[arg-type]
+    rules = sh.Rules([("**", None)])
+    for bad in ({"a": 4}, "data"):
+        with pytest.raises(TypeError, match=r"mesh must be a jax.sharding.Mesh .*, got (dict|str)"):
+            sh.shardings({"w": np.zeros(4)}, bad, rules)
+
+
 def test_specs_cache_sees_new_shapes() -> None:
     rules = sh.Rules([("w", P("m")), ("**", None)])
     m = sh.mesh({"m": 1})

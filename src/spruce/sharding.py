@@ -206,7 +206,7 @@ class Rules:
     Raises:
       ShardingError: a spec uses one mesh axis twice (a conflict is never resolved silently).
       ValueError: a malformed pattern or ``on_indivisible``.
-      TypeError: a spec that is not a PartitionSpec or None.
+      TypeError: a spec that is not a PartitionSpec or None; ``strict`` that is not a bool.
 
     Rules are immutable and hashable; ``specs`` caches its result per (tree structure,
     shapes, rules, mesh).
@@ -236,6 +236,8 @@ class Rules:
     ) -> None:
         if on_indivisible not in ("error", "replicate"):
             raise ValueError(f"Rules: on_indivisible must be 'error' or 'replicate', got {on_indivisible!r}")
+        if not isinstance(strict, (bool, np.bool_)):
+            raise TypeError(f"Rules: strict must be True or False, got {strict!r}")
         items = list(rules.items()) if isinstance(rules, Mapping) else list(rules)
         checked = []
         compiled = []
@@ -392,6 +394,10 @@ def _shapes(leaves: list[Any]) -> list[Any]:
 def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh_obj: Any) -> _Resolved:
     if not isinstance(rules, Rules):
         raise TypeError(f"rules must be a spruce.sharding.Rules, got {type(rules).__name__}")
+    if mesh_obj is not None and not (hasattr(mesh_obj, "axis_names") and hasattr(mesh_obj, "shape")):
+        raise TypeError(
+            f"mesh must be a jax.sharding.Mesh (e.g. spruce.sharding.mesh({{'data': 2}})), got {type(mesh_obj).__name__}"
+        )
     mesh_shape = None if mesh_obj is None else dict(mesh_obj.shape)
     types = list(map(type, leaves))
     shapes = _shapes(leaves)
