@@ -670,6 +670,15 @@ def _place(reader: Any, name: str, sharding: Any, dtype: np.dtype[Any], where: s
             raise
         return arr if arr.dtype == dtype else arr.astype(dtype)
 
+    spec = getattr(sharding, "spec", None)
+    if isinstance(spec, jax.sharding.PartitionSpec) and len(spec) > len(e.shape):
+        from ..sharding import ShardingError
+
+        raise ShardingError(
+            f"load: {where or '<root>'}: the sharding {spec} does not fit the tensor of shape "
+            f"{list(e.shape)}: the spec has {len(spec)} entries, the tensor {len(e.shape)} dimensions "
+            "(a spec has at most one entry per dimension)"
+        )
     try:
         return jax.make_array_from_callback(e.shape, sharding, block)
     except Exception as err:
