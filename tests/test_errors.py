@@ -567,3 +567,22 @@ def test_a_list_shrunk_by_a_callback_raises_a_clear_error(two_trees: bool) -> No
     trees = ([victim, 9], [[0, 0, 0], 0]) if two_trees else ([victim, 9],)
     with pytest.raises(RuntimeError, match="changed size while it was being walked"):
         st.map(f, *trees)
+
+
+def test_node_data_that_print_alike_when_clipped_show_where_they_differ() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Tagged:
+        value: Any
+        tag: str
+
+    st.register_dataclass(Tagged, data_fields=["value"], meta_fields=["tag"])
+    try:
+        a, b = Tagged(1.0, "x" * 150 + "A"), Tagged(2.0, "x" * 150 + "B")
+        with pytest.raises(ValueError) as info:
+            st.map(lambda u, v: u, a, b)
+        text = str(info.value)
+        assert text.count("x" * 90) == 2  # both clipped texts, alike
+        assert re.search(r"; the node data first differ at character 15\d: \.\.\.\"?'?x{20,}A", text), text
+        assert text.endswith("B',)\"") or text.endswith("B',)'"), text
+    finally:
+        st.unregister(Tagged)

@@ -29,7 +29,7 @@ from ._kinds import (
     TUPLE,
 )
 from ._nodes import CustomData, DictData
-from ._text import qualified_name, short_repr
+from ._text import clip, qualified_name, short_repr
 
 MAX_KEYS_SHOWN: Final = 8
 
@@ -127,6 +127,21 @@ def _node_type(code: int, data: Any) -> Any:
     return None
 
 
+def _where_texts_differ(a: str, b: str) -> str:
+    """``"; the node data first differ at character i: ...a... vs ...b..."`` (or ``""`` when
+    the texts are equal)."""
+    if a == b:
+        return ""
+    i = 0
+    while i < len(a) and i < len(b) and a[i] == b[i]:
+        i += 1
+    lo = max(0, i - 30)
+    return (
+        f"; the node data first differ at character {i}: "
+        f"...{clip(a[lo:], 90)!r} vs ...{clip(b[lo:], 90)!r}"
+    )
+
+
 def mismatch_detail(code: int, data: Any, ycode: int, ydata: Any, y: Any) -> str:
     """What differs between an expected node (code, data) and the node ``y`` found."""
     t1 = _node_type(code, data)
@@ -137,6 +152,9 @@ def mismatch_detail(code: int, data: Any, ycode: int, ydata: Any, y: Any) -> str
     if ykind == LEAF and kind != LEAF:
         got = f"a leaf of type {qualified_name(type(y))}"
     msg = f"expected {expected}, got {got}"
+    if kind == CUSTOM and ykind == CUSTOM and expected == got:
+        # Both node data print alike once clipped: show where their full texts part.
+        msg += _where_texts_differ(data.aux_text(), ydata.aux_text())
     if kind == ykind and kind in (DICT, ORDEREDDICT, DEFAULTDICT):
         a: DictData = data
         b: DictData = ydata
