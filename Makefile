@@ -150,10 +150,11 @@ browser:
 	  else echo "chromium is missing (Debian's chromium package): the browser test will skip"; fi; }
 
 # `make test` runs its parts JOBS at a time (the environments, compiled builds and suites of the
-# interpreters are independent; each part's output is printed whole when it ends).
+# interpreters are independent; each part's output is printed whole when it ends).  A failing
+# part does not stop the others (-k): every suite reports, and make exits non-zero at the end.
 JOBS ?= 2
 test:
-	$(MAKE) --no-print-directory -j$(JOBS) --output-sync=target test-all
+	$(MAKE) --no-print-directory -k -j$(JOBS) --output-sync=target test-all
 
 test-all: typecheck test-compiled test-pure test-matrix
 

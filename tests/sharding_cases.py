@@ -254,7 +254,9 @@ def test_filter_jit_in_and_out_shardings(mesh24: Any) -> None:
     for _ in range(2):  # the first call compiles, the second takes the cached entry
         new, aux = f(params, x)
         for a, b in [(new["w"], plain_new["w"]), (new["b"], plain_new["b"]), (aux["loss"], plain_aux["loss"]), (aux["y"], plain_aux["y"])]:
-            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # bit-identical to the unsharded call
+            # the unsharded call's values: a partitioned matmul or mean may add in another order,
+            # so the last bits can differ (they do on jax 0.12), within float32 rounding
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
         assert new["act"] == "tanh" and aux["note"] == "step"
         assert new["w"].sharding == S("model", None) and new["w"].addressable_shards[0].data.shape == (4, 8)
         assert aux["y"].sharding == S("data", "model") and aux["y"].addressable_shards[0].data.shape == (2, 2)
@@ -266,7 +268,7 @@ def test_filter_jit_in_and_out_shardings(mesh24: Any) -> None:
     rep = filter_jit(_step_fn, in_shardings=S(), out_shardings=S())
     new, aux = rep(params, x)
     assert all(a.sharding == S() for a in jax.tree.leaves((new, aux)) if isinstance(a, jax.Array))
-    np.testing.assert_array_equal(np.asarray(new["w"]), np.asarray(plain_new["w"]))
+    np.testing.assert_allclose(np.asarray(new["w"]), np.asarray(plain_new["w"]), rtol=1e-5, atol=1e-6)
     bare = filter_jit(lambda a, n: a * n, in_shardings=(S("model"), None), out_shardings=S("data"))
     out = bare(np.arange(8.0, dtype=np.float32), 3)
     assert out.sharding == S("data") and out.tolist() == [3.0 * i for i in range(8)]
