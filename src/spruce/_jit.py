@@ -25,6 +25,8 @@ from . import tree as _tree
 from ._module._arrays import is_array
 from ._module._module import _ModuleAux, _ModuleMeta
 from ._shard import leaf_shardings
+from ._tree._text import qualified_name
+
 
 class _Token:
     """A marker in filter_jit's cache keys and splits (compared by identity)."""
@@ -348,7 +350,7 @@ class _Entry:
                     f"{what}: the function returns a single array, so out_shardings must be one "
                     f"Sharding (or None), not a {type(self.out_shardings).__name__}"
                 ) from None
-            raise ValueError(str(e).replace(f"a leaf of type {_tree_name(_Token)}", "an array")) from None
+            raise ValueError(str(e).replace(f"a leaf of type {qualified_name(_Token)}", "an array")) from None
         placed = [s for s, x in zip(per_leaf, leaves) if x is _DYN]
         out = placed[0] if self.mode == _BARE else placed
         self.jitted = jax.jit(self._traced, **self.jit_kwargs, out_shardings=out)
@@ -469,10 +471,6 @@ def _name(fun: Any, args: tuple[Any, ...] = (), kept: int = 0) -> str:
     if fun is _call_first and kept and args:
         return str(type(args[0]).__qualname__)
     return str(getattr(fun, "__qualname__", None) or type(fun).__name__)
-
-
-def _tree_name(t: type) -> str:
-    return f"{t.__module__}.{t.__qualname__}"
 
 
 def _in_shardings(fun: Any, shardings: Any, args: tuple[Any, ...], kwargs: dict[str, Any], kept: int, n: int) -> tuple[Any, ...]:
