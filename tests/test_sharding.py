@@ -176,6 +176,49 @@ def test_specs_cache_sees_new_shapes() -> None:
     assert two == {"w": P("m"), "b": None}
 
 
+def test_specs_cache_checks_what_specs_depend_on() -> None:
+    m = sh.mesh({"m": 1})
+    # without a mesh a spec depends on the rank only: a rank that no longer fits is an error
+    ranked = sh.Rules([("w", P("m", None)), ("**", None)])
+    assert sh.specs({"w": np.zeros((4, 4)), "b": np.zeros(3)}, ranked) == {"w": P("m", None), "b": P()}
+    with pytest.raises(sh.ShardingError, match=r"key path 'w': the spec P\('m', None\) has 2 entries but the array has shape \(4,\)"):
+        sh.specs({"w": np.zeros(4), "b": np.zeros(3)}, ranked)
+    # a NumPy array reshaped in place (the same object) is seen: fsdp chooses anew
+    fsdp = sh.Rules.fsdp("m", min_size=4)
+    a = np.zeros((2, 8))
+    assert sh.specs({"w": a}, fsdp, mesh=m) == {"w": P(None, "m")}
+    a.shape = (8, 2)
+    assert sh.specs({"w": a}, fsdp, mesh=m) == {"w": P("m")}
+
+    class Loose:
+        """Neither an array nor not one by its type: it is one while it has a shape and a dtype."""
+
+    def loose(shape: Any = None) -> Loose:
+        x = Loose()
+        if shape is not None:
+            x.shape, x.dtype = shape, np.dtype("float32")  # type: ignore[attr-defined]
+        return x
+
+    rules = sh.Rules([("w", P("m")), ("**", None)])
+    assert sh.specs({"w": loose()}, rules) == {"w": None}
+    assert sh.specs({"w": loose((4,))}, rules) == {"w": P("m")}
+    with pytest.raises(sh.ShardingError, match=r"has 1 entries but the array has shape \(\)"):
+        sh.specs({"w": loose(())}, rules)  # (no ndim: its shape is compared)
+    assert sh.specs({"w": loose()}, rules) == {"w": None}
+
+
+def test_specs_cache_tells_equal_dict_keys_with_other_names_apart() -> None:
+    """The dict keys 1, True and 1.0 are equal, so the structures of these trees are equal,
+    but the leaves' names differ ('1.w', 'True.w', '1%2E0.w')."""
+    rules = sh.Rules([("True.w", P("m")), ("1%2E0.w", P(None, "m")), ("**", None)])
+    a = np.zeros((4, 4))
+    for _ in range(2):
+        assert sh.specs({1: {"w": a}}, rules) == {1: {"w": P()}}
+        assert sh.specs({True: {"w": a}}, rules) == {True: {"w": P("m")}}
+        assert sh.specs({1.0: {"w": a}}, rules) == {1.0: {"w": P(None, "m")}}
+        assert list(sh.specs({True: {"w": a}}, rules)) == [True]
+
+
 # -- sharded checkpoints on one device -----------------------------------------------------------------
 
 
