@@ -359,6 +359,20 @@ def test_view_counts_a_tied_array_once_and_draws_explain(mesh24: Any) -> None:
     assert "P(&#x27;model&#x27;, None) over data=2 model=4" in plan
 
 
+def test_specs_cache_sees_a_split_that_stops_dividing(mesh24: Any) -> None:
+    """A cached result is reused only while each split dimension still has the length it had:
+    an array reshaped in place (the same object) is resolved anew."""
+    rules = sh.Rules([("w", P("model")), ("**", None)], on_indivisible="replicate")
+    a = np.zeros((8, 2))
+    assert sh.specs({"w": a, "b": a}, rules, mesh=mesh24) == {"w": P("model"), "b": P()}
+    a.shape = (2, 8)
+    assert sh.specs({"w": a, "b": a}, rules, mesh=mesh24) == {"w": P(None), "b": P()}
+    strict = sh.Rules([("w", P("model")), ("**", None)])
+    assert sh.specs({"w": np.zeros((4, 2))}, strict, mesh=mesh24) == {"w": P("model")}
+    with pytest.raises(sh.ShardingError, match=r"dimension 0 of shape \(6, 2\) has length 6, which mesh axis 'model' of size 4 does not divide"):
+        sh.specs({"w": np.zeros((6, 2))}, strict, mesh=mesh24)
+
+
 def test_explain_counts_a_tied_placed_array_once(mesh24: Any) -> None:
     """A jax.Array at two key paths, already laid out as its spec says, stays where it is when
     placed: explain counts it once, as spruce.view does; a NumPy array at two key paths is

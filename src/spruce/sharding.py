@@ -210,7 +210,7 @@ class Rules:
       TypeError: a spec that is not a PartitionSpec or None; ``strict`` that is not a bool.
 
     Rules are immutable and hashable; ``specs`` caches its result per (tree structure,
-    shapes, rules, mesh).
+    rules, mesh), checked against the leaves' shapes.
 
     >>> from jax.sharding import PartitionSpec as P
     >>> r = Rules([('**.*_proj.weight', P('model', None)), ('**', None)])
@@ -345,19 +345,26 @@ def _indivisible(shape: tuple[int, ...], spec: Any, mesh_shape: Mapping[str, int
         axes = _axes_of(entry)
         if not axes or dim >= len(shape):
             continue
-        total = 1
         for axis in axes:
             if axis not in mesh_shape:
                 raise ShardingError(
                     f"the spec {spec} names mesh axis {axis!r}, which the mesh {dict(mesh_shape)} does not have"
                 )
-            total *= mesh_shape[axis]
-        if shape[dim] % total:
+        if shape[dim] % _split(entry, mesh_shape):
             split = " x ".join(f"{a!r} of size {mesh_shape[a]}" for a in axes)
             out.append(
                 (dim, f"dimension {dim} of shape {shape} has length {shape[dim]}, which mesh axis {split} does not divide (spec {spec})")
             )
     return out
+
+
+def _split(entry: Any, mesh_shape: Mapping[str, int]) -> int:
+    """Into how many parts one entry of a spec splits its dimension (the mesh axes' sizes
+    multiplied; 1 for None)."""
+    n = 1
+    for axis in _axes_of(entry):
+        n *= mesh_shape[axis]
+    return n
 
 
 def _resolve(name: str, shape: tuple[int, ...], spec: Any, rules: Rules, mesh_shape: Mapping[str, int] | None) -> Any:
@@ -527,13 +534,14 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
         i, spec = matched
         used.add(i)
         if isinstance(spec, _Fsdp):
-            needs.append(2)
-            spec = _fsdp_spec(spec, shape, mesh_shape, shown)
-        elif mesh_shape is not None and any(_axes_of(entry) for entry in spec):
-            needs.append(2)  # divisibility by the mesh axes
+            specs_out.append(_resolve(shown, shape, _fsdp_spec(spec, shape, mesh_shape, shown), rules, mesh_shape))
+            needs.append(2)  # the dimension chosen, and whether the array is large enough
         else:
-            needs.append(1 if len(spec) else arrayness)  # the rank check
-        specs_out.append(_resolve(shown, shape, spec, rules, mesh_shape))
+            specs_out.append(_resolve(shown, shape, spec, rules, mesh_shape))
+            if mesh_shape is not None and any(_split(entry, mesh_shape) > 1 for entry in spec):
+                needs.append(2)  # divisibility by the mesh axes' sizes
+            else:
+                needs.append(1 if len(spec) else arrayness)  # the rank check
         rule_of.append(i)
     types = list(map(type, leaves))
     out = _Resolved(treedef, names, specs_out, rule_of, frozenset(used), types, _checks(leaves, needs), check_names)
@@ -552,17 +560,31 @@ def specs(tree: Any, rules: Rules, *, mesh: Any = None) -> Any:
 
     Without ``mesh`` only the patterns and ranks are checked; with it, also the mesh axes and
     divisibility (``on_indivisible``), and ``Rules.fsdp`` can choose its dimensions (it needs
-    the mesh).  Results are cached per (structure, rules, mesh) in a bounded cache of 64
-    entries, and reused while the leaves' types and shapes are those of the cached call: a
-    cached call costs about one ``spruce.tree.flatten`` and one unflatten of the tree
-    (``benchmarks/bench_sharded.py`` times it on 10,000 leaves).
+    the mesh).
+
+    Results are cached per (structure, rules, mesh) in a bounded cache of 64 entries, and
+    reused while the leaves' types, and what of their shapes the specs depend on, are those
+    of the cached call: the shape of an array that a mesh axis of size > 1 splits (or that
+    ``Rules.fsdp`` places), the rank of an array whose spec has entries, nothing else (an
+    array reshaped in place is seen).  Dict keys that are equal but print differently
+    (``1``, ``True``, ``1.0``) give different names, and so different cache entries.  A
+    cached call still walks the tree twice: one ``spruce.tree.flatten`` to read its
+    structure and leaves, and one unflatten to build the result, which is a new tree each
+    time (the caller may change it); between them it compares the structure with the cached
+    one and reads the checked shapes.  On 10,000 leaves that is 1.1-1.2x the instructions of
+    one flatten + unflatten of the tree (fewer than a ``jax.tree.map`` over it) and about
+    1.2-1.4x its time with the garbage collector on (``benchmarks/bench_sharded.py``;
+    docs/benchmarks.md has the milliseconds).  The first call, which
+    names every leaf and matches it against the rules, costs 10-20 times that.  The result
+    is built from the cached structure: its node data (dict keys, static fields) are equal
+    to the tree's, not necessarily the same objects.
 
     Raises:
       ShardingError: as described on ``Rules`` and ``ShardingError``.
     """
     leaves, treedef = _tree.flatten(tree)
     res = _resolve_tree(leaves, treedef, tree, rules, mesh)
-    return treedef.unflatten(list(res.specs))
+    return res.treedef.unflatten(list(res.specs))
 
 
 def shardings(tree: Any, mesh: Any, rules: Rules) -> Any:
@@ -578,7 +600,7 @@ def shardings(tree: Any, mesh: Any, rules: Rules) -> Any:
 
     leaves, treedef = _tree.flatten(tree)
     res = _resolve_tree(leaves, treedef, tree, rules, mesh)
-    return treedef.unflatten([None if s is None else NamedSharding(mesh, s) for s in res.specs])
+    return res.treedef.unflatten([None if s is None else NamedSharding(mesh, s) for s in res.specs])
 
 
 def shard(tree: Any, mesh: Any, rules: Rules) -> Any:
@@ -602,7 +624,7 @@ def shard(tree: Any, mesh: Any, rules: Rules) -> Any:
     leaves, treedef = _tree.flatten(tree)
     res = _resolve_tree(leaves, treedef, tree, rules, mesh)
     placements = [None if spec is None else NamedSharding(mesh, spec) for spec in res.specs]
-    return treedef.unflatten(place(leaves, placements, "shard", lambda i: f"key path {res.names[i]!r}"))
+    return res.treedef.unflatten(place(leaves, placements, "shard", lambda i: f"key path {res.names[i]!r}"))
 
 
 # -- explain -----------------------------------------------------------------------------------------
