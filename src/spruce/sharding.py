@@ -441,8 +441,11 @@ def _checks(leaves: list[Any], needs: list[int]) -> tuple[_Check, ...]:
     or 3 (whether it is an array at all) for leaf ``i``."""
     groups: dict[int, list[int]] = {1: [], 2: [], 3: []}
     for i, need in enumerate(needs):
-        if need == 1 and getattr(leaves[i], "ndim", None) != len(leaves[i].shape):
-            need = 2  # an array-like without a true ndim: compare its shape instead
+        if need == 1 and type(leaves[i]) is not np.ndarray:
+            # ndim costs less than shape for NumPy arrays only (a jax.Array's and a
+            # ShapeDtypeStruct's ndim are computed from their shape); and other array-likes
+            # may have no ndim: compare their shapes instead, which is stricter
+            need = 2
         if need:
             groups[need].append(i)
     out = []
