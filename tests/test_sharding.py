@@ -219,6 +219,34 @@ def test_specs_cache_tells_equal_dict_keys_with_other_names_apart() -> None:
         assert list(sh.specs({True: {"w": a}}, rules)) == [True]
 
 
+def test_cached_results_keep_node_data_equal_and_shard_keeps_the_trees_own() -> None:
+    """specs builds its result from the cached structure: node data equal to the tree's;
+    shard returns the tree's own node data (static fields are the caller's objects)."""
+    import dataclasses
+
+    import spruce.tree as st
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        act: str
+
+    class Layer:
+        def __init__(self, w: Any, config: Config) -> None:
+            self.w, self.config = w, config
+
+    st.register_pytree_node(Layer, lambda n: ((n.w,), n.config), lambda config, ch: Layer(ch[0], config))
+    rules = sh.Rules([("**", None)])
+    m = sh.mesh({"m": 1})
+    first, second = Layer(np.zeros(2), Config("relu")), Layer(np.ones(2), Config("relu"))
+    assert first.config == second.config and first.config is not second.config
+    sh.specs(first, rules, mesh=m)
+    out = sh.specs(second, rules, mesh=m)
+    assert isinstance(out, Layer) and out.w == P() and out.config == second.config
+    placed = sh.shard(second, m, rules)
+    assert placed.config is second.config
+    np.testing.assert_array_equal(np.asarray(placed.w), np.ones(2))
+
+
 # -- sharded checkpoints on one device -----------------------------------------------------------------
 
 

@@ -627,7 +627,8 @@ def shard(tree: Any, mesh: Any, rules: Rules) -> Any:
     leaves, treedef = _tree.flatten(tree)
     res = _resolve_tree(leaves, treedef, tree, rules, mesh)
     placements = [None if spec is None else NamedSharding(mesh, spec) for spec in res.specs]
-    return res.treedef.unflatten(place(leaves, placements, "shard", lambda i: f"key path {res.names[i]!r}"))
+    # (the tree's own structure, not the cached one: the result carries the tree's own static data)
+    return treedef.unflatten(place(leaves, placements, "shard", lambda i: f"key path {res.names[i]!r}"))
 
 
 # -- explain -----------------------------------------------------------------------------------------
