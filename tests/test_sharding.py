@@ -217,6 +217,13 @@ def test_specs_cache_tells_equal_dict_keys_with_other_names_apart() -> None:
         assert sh.specs({True: {"w": a}}, rules) == {True: {"w": P("m")}}
         assert sh.specs({1.0: {"w": a}}, rules) == {1.0: {"w": P(None, "m")}}
         assert list(sh.specs({True: {"w": a}}, rules)) == [True]
+    # deeper, and after other non-str keys: only the second key of 'a' differs
+    deep = sh.Rules([("a.True.w", P("m")), ("a.-0%2E0.w", P(None, "m")), ("**", None)])
+    for _ in range(2):
+        assert sh.specs({"a": {0: {"w": a}, 1: {"w": a}}}, deep) == {"a": {0: {"w": P()}, 1: {"w": P()}}}
+        assert sh.specs({"a": {0: {"w": a}, True: {"w": a}}}, deep) == {"a": {0: {"w": P()}, True: {"w": P("m")}}}
+        assert sh.specs({"a": {0.0: {"w": a}, 1: {"w": a}}}, deep) == {"a": {0.0: {"w": P()}, 1: {"w": P()}}}
+        assert sh.specs({"a": {-0.0: {"w": a}, 1: {"w": a}}}, deep) == {"a": {-0.0: {"w": P(None, "m")}, 1: {"w": P()}}}
 
 
 def test_cached_results_keep_node_data_equal_and_shard_keeps_the_trees_own() -> None:

@@ -40,7 +40,7 @@ import numpy as np
 
 from . import tree as _tree
 from ._summary import format_bytes
-from .io._names import named_leaves
+from .io._names import component, escaper, named_leaves
 
 __all__ = ["Explanation", "Rules", "ShardingError", "explain", "mesh", "shard", "shardings", "specs"]
 
@@ -409,7 +409,10 @@ class _Resolved(NamedTuple):
     used: frozenset[int]
     types: list[type]  # the type of each leaf
     checks: tuple[_Check, ...]  # what else of the leaves the specs depend on
-    check_names: bool  # equal structures may name their leaves differently (dict keys 1 and True)
+    # (leaf index, position in its key path, name component) of each key-path entry whose name
+    # does not follow from the structure (dict keys 1 and True are equal but named apart), at
+    # the first leaf under it
+    name_probes: tuple[tuple[int, int, str], ...]
 
 
 # (rules, mesh, number of nodes, number of leaves) -> _Resolved, most recently used last.  A hit
@@ -475,13 +478,27 @@ def _hit(hit: _Resolved | None, leaves: list[Any], treedef: Any, tree: Any) -> b
                 return False
     except AttributeError:  # an array leaf lost its shape
         return False
-    if hit.check_names:
+    if hit.name_probes:
+        paths = _tree.leaves_with_path(tree)  # (the engine's walk; names cost far more)
+        esc = escaper(".")
         try:
-            names = [n for n, _, _ in named_leaves(tree)]
-        except ValueError:
+            return all(component(paths[i][0][j], esc) == text for i, j, text in hit.name_probes)
+        except IndexError:
             return False
-        return names == hit.names
     return True
+
+
+def _name_probes(named: list[tuple[str, tuple[Any, ...], Any]]) -> tuple[tuple[int, int, str], ...]:
+    """``_Resolved.name_probes`` of a tree's ``named_leaves``."""
+    esc = escaper(".")
+    out = []
+    prev: tuple[Any, ...] = ()
+    for i, (_, path, _) in enumerate(named):
+        for j, entry in enumerate(path):
+            if not _stable_name(entry) and prev[: j + 1] != path[: j + 1]:
+                out.append((i, j, component(entry, esc)))
+        prev = path
+    return tuple(out)
 
 
 def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh_obj: Any) -> _Resolved:
@@ -507,7 +524,6 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
     mesh_shape = None if mesh_obj is None else dict(mesh_obj.shape)
     named = named_leaves(tree)
     names = [n for n, _, _ in named]
-    check_names = not all(_stable_name(e) for _, path, _ in named for e in path)
     specs_out: list[Any] = []
     rule_of: list[int] = []
     needs: list[int] = []
@@ -547,7 +563,7 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
                 needs.append(1 if len(spec) else arrayness)  # the rank check
         rule_of.append(i)
     types = list(map(type, leaves))
-    out = _Resolved(treedef, names, specs_out, rule_of, frozenset(used), types, _checks(leaves, needs), check_names)
+    out = _Resolved(treedef, names, specs_out, rule_of, frozenset(used), types, _checks(leaves, needs), _name_probes(named))
     if key is not None:
         with _cache_lock:
             _cache[key] = out
@@ -570,8 +586,9 @@ def specs(tree: Any, rules: Rules, *, mesh: Any = None) -> Any:
     of the cached call: the shape of an array that a mesh axis of size > 1 splits (or that
     ``Rules.fsdp`` places), the rank of an array whose spec has entries, nothing else (an
     array reshaped in place is seen).  Dict keys that are equal but print differently
-    (``1``, ``True``, ``1.0``) give different names, and so different cache entries.  A
-    cached call still walks the tree twice: one ``spruce.tree.flatten`` to read its
+    (``1``, ``True``, ``1.0``) give different names, so a tree with dict keys that are not
+    str also has its key paths read on a cached call (``spruce.tree.leaves_with_path``,
+    roughly doubling its cost).  Otherwise a cached call walks the tree twice: one ``spruce.tree.flatten`` to read its
     structure and leaves, and one unflatten to build the result, which is a new tree each
     time (the caller may change it); between them it compares the structure with the cached
     one and reads the checked shapes.  On 10,000 leaves that is 1.1-1.2x the instructions of
