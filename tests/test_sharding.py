@@ -207,6 +207,29 @@ def test_specs_cache_checks_what_specs_depend_on() -> None:
     assert sh.specs({"w": loose()}, rules) == {"w": None}
 
 
+def test_specs_cache_keeps_trees_of_one_size_apart() -> None:
+    """Two trees with as many nodes and leaves (an encoder and a decoder) are both cached: a
+    call alternating between them resolves each once (the same resolution is returned)."""
+    from spruce import tree as st
+
+    rules = sh.Rules([("enc.*", P("m")), ("**", None)])
+    enc, dec = {"enc": {"q": np.zeros(4), "k": np.zeros(4)}}, {"dec": {"q": np.zeros(4), "k": np.zeros(4)}}
+    resolved = {}
+    for _ in range(2):
+        for name, t in (("enc", enc), ("dec", dec)):
+            leaves, treedef = st.flatten(t)
+            got = sh._resolve_tree(leaves, treedef, t, rules, None)
+            assert resolved.setdefault(name, got) is got
+    assert sh.specs(enc, rules) == {"enc": {"q": P("m"), "k": P("m")}}
+    assert sh.specs(dec, rules) == {"dec": {"q": P(), "k": P()}}
+    # and the cache stays bounded
+    for i in range(3 * sh._CACHE_SIZE):  # as many structures of one size, and as many rules
+        sh.specs({f"k{i}": np.zeros(4)}, rules)
+        sh.specs({"k": np.zeros(4)}, sh.Rules([(f"k{i}", None), ("**", None)]))
+    assert sum(len(w) for w in sh._cache.values()) == sh._cached[0] <= sh._CACHE_SIZE
+    assert max(len(w) for w in sh._cache.values()) <= sh._CACHE_WAYS
+
+
 def test_specs_cache_tells_equal_dict_keys_with_other_names_apart() -> None:
     """The dict keys 1, True and 1.0 are equal, so the structures of these trees are equal,
     but the leaves' names differ ('1.w', 'True.w', '1%2E0.w')."""

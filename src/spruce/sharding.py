@@ -44,7 +44,8 @@ from .io._names import component, escaper, named_leaves
 
 __all__ = ["Explanation", "Rules", "ShardingError", "explain", "mesh", "shard", "shardings", "specs"]
 
-_CACHE_SIZE = 64
+_CACHE_SIZE = 64  # resolved trees in specs' cache, in all
+_CACHE_WAYS = 4  # of them with one key (rules, mesh, numbers of nodes and leaves)
 
 
 class ShardingError(ValueError):
@@ -415,14 +416,16 @@ class _Resolved(NamedTuple):
     name_probes: tuple[tuple[int, int, str], ...]
 
 
-# (rules, mesh, number of nodes, number of leaves) -> _Resolved, most recently used last.  A hit
+# (rules, mesh, number of nodes, number of leaves) -> up to _CACHE_WAYS _Resolved (trees of one
+# size, e.g. an encoder and a decoder), most recently used last; _CACHE_SIZE in all.  A hit
 # needs a structure equal to the cached one (compared, not hashed: hashing a fresh 20,000-node
 # structure costs as much as flattening the tree, while == of two structures of one tree
 # compares shared node data by identity), equal leaf types, and equal values of what the specs
 # depend on (_Check): the shape of an array split over the mesh (divisibility; Rules.fsdp's
 # choice), the rank of an array whose spec has entries (the rank check), nothing for a
 # replicated array.  Dtypes never matter.
-_cache: OrderedDict[Any, _Resolved] = OrderedDict()
+_cache: OrderedDict[Any, list[_Resolved]] = OrderedDict()
+_cached = [0]  # the number of _Resolved in _cache
 _cache_lock = threading.Lock()
 
 # Leaf types that can never become arrays (no instance attributes): not checked on a hit.
@@ -515,12 +518,13 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
         key = None
     if key is not None:
         with _cache_lock:
-            hit = _cache.get(key)
-            if hit is not None:
+            ways = _cache.get(key)
+            if ways is not None:
                 _cache.move_to_end(key)
-        if _hit(hit, leaves, treedef, tree):
-            assert hit is not None
-            return hit
+                ways = list(ways)
+        for hit in ways or ():
+            if _hit(hit, leaves, treedef, tree):
+                return hit
     mesh_shape = None if mesh_obj is None else dict(mesh_obj.shape)
     named = named_leaves(tree)
     names = [n for n, _, _ in named]
@@ -566,9 +570,15 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
     out = _Resolved(treedef, names, specs_out, rule_of, frozenset(used), types, _checks(leaves, needs), _name_probes(named))
     if key is not None:
         with _cache_lock:
-            _cache[key] = out
-            while len(_cache) > _CACHE_SIZE:
-                _cache.popitem(last=False)
+            ways = _cache.setdefault(key, [])
+            _cache.move_to_end(key)
+            ways.append(out)
+            _cached[0] += 1
+            if len(ways) > _CACHE_WAYS:
+                del ways[0]
+                _cached[0] -= 1
+            while _cached[0] > _CACHE_SIZE:
+                _cached[0] -= len(_cache.popitem(last=False)[1])
     return out
 
 
