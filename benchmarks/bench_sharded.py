@@ -21,8 +21,9 @@ interleaved:
 
 Time is wall-clock of the one call (median over rounds); memory is the peak resident set size
 during the call minus the size just before it, sampled every millisecond from
-/proc/self/statm (Linux).  Also timed: ``spruce.sharding.specs`` on a 10,000-leaf tree, first
-call and cached, beside ``jax.tree.map`` on the same tree (``--specs-only`` runs just that).
+/proc/self/statm (Linux).  Also timed: ``spruce.sharding.specs`` on two 10,000-leaf trees (one
+dict per leaf, the worst case; a transformer's parameters), first call and cached, beside
+``jax.tree.map`` on the same tree (``--specs-only`` runs just that).
 The machine these figures come from is shared and noisy: compare rows of one run, not runs.
 """
 
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OPS = ["spruce save_sharded", "spruce load", "orbax save", "orbax restore", "gather + save"]
@@ -106,44 +108,102 @@ def _run(op: str) -> dict[str, float] | None:
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def _specs_timing(rounds: int = 15) -> dict[str, float]:
-    """Milliseconds (median of ``rounds``) of ``spruce.sharding.specs`` on a 10,000-leaf tree:
-    the first call (every name matched against the rules) and cached calls, beside a
-    ``jax.tree.map`` and a spruce flatten + unflatten of the same tree, timed in the same
-    rounds (a cached call cannot be cheaper than one walk to read the structure and one to
-    build the result)."""
-    import jax
+def _transformer(layers: int = 625, d: int = 16) -> dict[str, Any]:
+    """A transformer's parameters laid out as model code holds them: ``layers`` blocks of 16
+    arrays (``layers.3.attn.q.weight``), an embedding and a final norm (10,003 leaves)."""
+    import numpy as np
+
+    def linear(n_out: int, n_in: int) -> dict[str, Any]:
+        return {"weight": np.zeros((n_out, n_in), np.float32), "bias": np.zeros(n_out, np.float32)}
+
+    def norm() -> dict[str, Any]:
+        return {"weight": np.ones(d, np.float32), "bias": np.zeros(d, np.float32)}
+
+    def block() -> dict[str, Any]:
+        return {
+            "attn": {k: linear(d, d) for k in "qkvo"},
+            "mlp": {"up": linear(4 * d, d), "down": linear(d, 4 * d)},
+            "ln1": norm(),
+            "ln2": norm(),
+        }
+
+    return {"embed": np.zeros((1000, d), np.float32), "layers": [block() for _ in range(layers)], "ln_f": norm()}
+
+
+def _specs_trees() -> dict[str, tuple[Any, Any]]:
+    """name -> (tree, rules) of the two 10,000-leaf trees ``specs`` is timed on (every split
+    dimension is a multiple of 8)."""
     import numpy as np
     from jax.sharding import PartitionSpec as P
 
     import spruce.sharding as sh
+
+    one_dict_per_leaf = {f"layer{i}": {"w": np.zeros((8, 4), np.float32)} for i in range(10_000)}
+    tensor_parallel = sh.Rules(
+        [
+            ("layers.*.attn.?.weight", P(None, "m")),  # q, k, v split by columns ...
+            ("layers.*.attn.o.weight", P("m", None)),  # ... o by rows, as Megatron does
+            ("layers.*.mlp.up.weight", P(None, "m")),
+            ("layers.*.mlp.down.weight", P("m", None)),
+            ("**", None),
+        ]
+    )
+    return {
+        "one dict per leaf": (one_dict_per_leaf, sh.Rules([("*.w", P("m")), ("**", None)])),
+        "transformer layout": (_transformer(), tensor_parallel),
+    }
+
+
+def _specs_timing(rounds: int = 15) -> dict[str, dict[str, float]]:
+    """Milliseconds (median of ``rounds``) of ``spruce.sharding.specs`` on each of two
+    10,000-leaf trees (``{'layer0': {'w': array}, ...}``, the worst case: one dict per leaf;
+    and a transformer's parameters): the first call (every name matched against the rules)
+    and cached calls, beside a ``jax.tree.map`` and a spruce flatten + unflatten of the same
+    tree, timed in the same rounds (a cached call cannot be cheaper than one walk to read the
+    structure and one to build the result)."""
+    import jax
+
+    import spruce.sharding as sh
     import spruce.tree as st
 
-    tree = {f"layer{i}": {"w": np.zeros((8, 4), np.float32)} for i in range(10_000)}
-    rules = sh.Rules([("*.w", P("m")), ("**", None)])
-    mesh = sh.mesh({"m": 1})
-    t0 = time.perf_counter()
-    sh.specs(tree, rules, mesh=mesh)
-    first = time.perf_counter() - t0
+    mesh = sh.mesh({"m": jax.device_count()})  # 8 host devices (main sets XLA_FLAGS): every split is checked
+    out: dict[str, dict[str, float]] = {}
+    for tree_name, (tree, rules) in _specs_trees().items():
+        t0 = time.perf_counter()
+        sh.specs(tree, rules, mesh=mesh)
+        first = time.perf_counter() - t0
 
-    def roundtrip() -> None:
-        leaves, treedef = st.flatten(tree)
-        treedef.unflatten(leaves)
+        def roundtrip(tree: Any = tree) -> None:
+            leaves, treedef = st.flatten(tree)
+            treedef.unflatten(leaves)
 
-    contenders = {
-        "cached": lambda: sh.specs(tree, rules, mesh=mesh),
-        "jax.tree.map": lambda: jax.tree.map(lambda x: x, tree),
-        "flatten + unflatten": roundtrip,
-    }
-    times: dict[str, list[float]] = {k: [] for k in contenders}
-    for _ in range(rounds):
-        for name, f in contenders.items():
-            t0 = time.perf_counter()
-            f()
-            times[name].append(time.perf_counter() - t0)
-    out = {"first": first * 1e3}
-    out.update({k: statistics.median(v) * 1e3 for k, v in times.items()})
+        contenders = {
+            "cached": lambda tree=tree, rules=rules: sh.specs(tree, rules, mesh=mesh),
+            "jax.tree.map": lambda tree=tree: jax.tree.map(lambda x: x, tree),
+            "flatten + unflatten": roundtrip,
+        }
+        times: dict[str, list[float]] = {k: [] for k in contenders}
+        for _ in range(rounds):
+            for name, f in contenders.items():
+                t0 = time.perf_counter()
+                f()
+                times[name].append(time.perf_counter() - t0)
+        row = {"first": first * 1e3}
+        row.update({k: statistics.median(v) * 1e3 for k, v in times.items()})
+        out[tree_name] = row
     return out
+
+
+def _print_specs_timing() -> None:
+    import jax
+
+    for tree_name, t in _specs_timing().items():
+        print(
+            f"spruce.sharding.specs, {tree_name} (10,000 leaves, mesh of {jax.device_count()} devices): "
+            f"{t['first']:.1f} ms first call, "
+            f"{t['cached']:.1f} ms cached; same rounds: jax.tree.map {t['jax.tree.map']:.1f} ms, "
+            f"spruce flatten + unflatten {t['flatten + unflatten']:.1f} ms"
+        )
 
 
 def main() -> None:
@@ -151,9 +211,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--specs-only", action="store_true", help="only time spruce.sharding.specs")
     args = parser.parse_args()
+    # (before JAX starts in this process: the specs timing splits over 8 host devices)
+    os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
     if args.specs_only:
-        t = _specs_timing()
-        print(", ".join(f"{k}: {v:.1f} ms" for k, v in t.items()))
+        _print_specs_timing()
         return
     try:
         import orbax.checkpoint as ocp  # noqa: F401
@@ -183,13 +244,8 @@ def main() -> None:
         t = statistics.median(r["seconds"] for r in rows)
         m = max(r["peak_extra"] for r in rows) / 2**20
         print(f"| {op} | {t:.3f} | {m:.1f} |")
-    t = _specs_timing()
     print()
-    print(
-        f"spruce.sharding.specs on a 10,000-leaf tree: {t['first']:.1f} ms first call, {t['cached']:.1f} ms "
-        f"cached; same rounds: jax.tree.map {t['jax.tree.map']:.1f} ms, spruce flatten + unflatten "
-        f"{t['flatten + unflatten']:.1f} ms"
-    )
+    _print_specs_timing()
 
 
 if __name__ == "__main__":

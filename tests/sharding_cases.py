@@ -80,6 +80,10 @@ def _per_device(tree: Any) -> dict[int, int]:
     return out
 
 
+def _buffers(x: Any) -> list[int]:
+    return [s.data.unsafe_buffer_pointer() for s in x.addressable_shards]
+
+
 def _equal_trees(a: Any, b: Any) -> None:
     la, ta = jax.tree.flatten(a)
     lb, tb = jax.tree.flatten(b)
@@ -353,6 +357,75 @@ def test_view_counts_a_tied_array_once_and_draws_explain(mesh24: Any) -> None:
     per = 96 + 2 * 48 + 2 * 24 + 4
     assert set(e.bytes_per_device.values()) == {per} and plan.count(f">{per} B<") == 8
     assert "P(&#x27;model&#x27;, None) over data=2 model=4" in plan
+
+
+def test_specs_cache_sees_a_split_that_stops_dividing(mesh24: Any) -> None:
+    """A cached result is reused only while each split dimension still has the length it had:
+    an array reshaped in place (the same object) is resolved anew."""
+    rules = sh.Rules([("w", P("model")), ("**", None)], on_indivisible="replicate")
+    a = np.zeros((8, 2))
+    assert sh.specs({"w": a, "b": a}, rules, mesh=mesh24) == {"w": P("model"), "b": P()}
+    a.shape = (2, 8)
+    assert sh.specs({"w": a, "b": a}, rules, mesh=mesh24) == {"w": P(None), "b": P()}
+    strict = sh.Rules([("w", P("model")), ("**", None)])
+    assert sh.specs({"w": np.zeros((4, 2))}, strict, mesh=mesh24) == {"w": P("model")}
+    with pytest.raises(sh.ShardingError, match=r"dimension 0 of shape \(6, 2\) has length 6, which mesh axis 'model' of size 4 does not divide"):
+        sh.specs({"w": np.zeros((6, 2))}, strict, mesh=mesh24)
+
+
+def test_explain_counts_a_tied_placed_array_once(mesh24: Any) -> None:
+    """A jax.Array at two key paths, already laid out as its spec says, stays where it is when
+    placed: explain counts it once, as spruce.view does; a NumPy array at two key paths is
+    copied per path and counts twice."""
+    import spruce.view as view
+
+    placed = sh.shard(_tree(), mesh24, RULES)
+    embed, kernel = placed["embed"], placed["layers"][0]["attn"]["query_proj"].kernel
+    rules = sh.Rules([("a", P("model", None)), ("b", P("model")), ("c", P("data", None))])
+    tied = {"a": embed, "b": embed, "c": kernel}  # P("model") is P("model", None)'s layout
+    e = sh.explain(tied, mesh24, rules)
+    held = _per_device({"a": embed, "c": kernel})
+    assert e.bytes_per_device == held == {d.id: 96 + 48 for d in mesh24.devices.flat}
+    assert view.device_memory(view.sharding_leaves(tied)) == [held[d.id] for d in mesh24.devices.flat]
+    assert e.total_bytes == 16 * 6 * 4 + 4 * 6 * 4
+    assert [r.path for r in e.rows] == ["a", "b", "c"] and e.rows[1].bytes_per_device == 96
+    out = sh.shard(tied, mesh24, rules)
+    assert out["a"] is embed and _buffers(out["b"]) == _buffers(embed)  # nothing was copied
+    # placed otherwise (replicated), the array is copied per key path: twice
+    moved = sh.explain(tied, mesh24, sh.Rules([("a", None), ("b", None), ("c", P("data", None))]))
+    assert set(moved.bytes_per_device.values()) == {2 * 16 * 6 * 4 + 48}
+    # a NumPy array at two key paths: two device_puts, two copies
+    host = np.ones((8, 4), np.float32)
+    e2 = sh.explain({"a": host, "b": host}, mesh24, sh.Rules([("*", P("model"))]))
+    out2 = sh.shard({"a": host, "b": host}, mesh24, sh.Rules([("*", P("model"))]))
+    assert out2["a"] is not out2["b"]
+    assert e2.bytes_per_device == _per_device(out2) == {d.id: 2 * 2 * 4 * 4 for d in mesh24.devices.flat}
+    assert e2.total_bytes == 2 * 8 * 4 * 4
+
+
+def test_filter_shard_of_shape_dtype_structs_checks_the_split(mesh24: Any) -> None:
+    """A jax.ShapeDtypeStruct leaf gets the error a real array gets, naming the key path, the
+    shape, the dimension, the mesh axis and its size."""
+    from spruce.jax import filter_shard
+
+    S = NamedSharding(mesh24, P("model"))
+    why = (
+        r"\(shape \(6, 4\), float32\) does not fit its sharding .*; dimension 0 of shape \(6, 4\) has length 6, "
+        r"which mesh axis 'model' of size 4 does not divide \(spec P\('model',\)\): \w*Error: "
+    )
+    abstract = {"w": jax.ShapeDtypeStruct((6, 4), np.float32), "b": [jax.ShapeDtypeStruct((8,), np.float32)]}
+    with pytest.raises(ValueError, match=r"^filter_shard: the leaf at key path \['w'\] " + why):
+        filter_shard(abstract, {"w": S, "b": None})
+    with pytest.raises(ValueError, match=r"^filter_shard: the leaf at key path \['w'\] " + why):
+        filter_shard({"w": np.ones((6, 4), np.float32), "b": None}, {"w": S, "b": None})  # the same for an array
+    both = NamedSharding(mesh24, P(("data", "model")))
+    with pytest.raises(ValueError, match=r"^filter_shard: the leaf at key path \['b'\]\[0\] .*; dimension 0 of shape \(4,\) has length 4, which mesh axis 'data' of size 2 x 'model' of size 4 does not divide"):
+        filter_shard({"b": [jax.ShapeDtypeStruct((4,), np.float32)]}, both)
+    with pytest.raises(ValueError, match=r"^filter_shard: the leaf at the root leaf \(shape \(8,\), float32\) does not fit its sharding .*rank at least 2"):
+        filter_shard(jax.ShapeDtypeStruct((8,), np.float32), NamedSharding(mesh24, P(None, "model")))
+    out = filter_shard(abstract, {"w": NamedSharding(mesh24, P(None, "model")), "b": S})
+    assert out["w"].sharding == NamedSharding(mesh24, P(None, "model")) and out["w"].shape == (6, 4)
+    assert out["b"][0].sharding == S and out["b"][0].dtype == np.float32
 
 
 def test_fsdp_keeps_about_one_copy(mesh24: Any) -> None:

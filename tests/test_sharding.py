@@ -176,6 +176,107 @@ def test_specs_cache_sees_new_shapes() -> None:
     assert two == {"w": P("m"), "b": None}
 
 
+def test_specs_cache_checks_what_specs_depend_on() -> None:
+    m = sh.mesh({"m": 1})
+    # without a mesh a spec depends on the rank only: a rank that no longer fits is an error
+    ranked = sh.Rules([("w", P("m", None)), ("**", None)])
+    assert sh.specs({"w": np.zeros((4, 4)), "b": np.zeros(3)}, ranked) == {"w": P("m", None), "b": P()}
+    with pytest.raises(sh.ShardingError, match=r"key path 'w': the spec P\('m', None\) has 2 entries but the array has shape \(4,\)"):
+        sh.specs({"w": np.zeros(4), "b": np.zeros(3)}, ranked)
+    # a NumPy array reshaped in place (the same object) is seen: fsdp chooses anew
+    fsdp = sh.Rules.fsdp("m", min_size=4)
+    a = np.zeros((2, 8))
+    assert sh.specs({"w": a}, fsdp, mesh=m) == {"w": P(None, "m")}
+    a.shape = (8, 2)
+    assert sh.specs({"w": a}, fsdp, mesh=m) == {"w": P("m")}
+
+    class Loose:
+        """Neither an array nor not one by its type: it is one while it has a shape and a dtype."""
+
+    def loose(shape: Any = None) -> Loose:
+        x = Loose()
+        if shape is not None:
+            x.shape, x.dtype = shape, np.dtype("float32")  # type: ignore[attr-defined]
+        return x
+
+    rules = sh.Rules([("w", P("m")), ("**", None)])
+    assert sh.specs({"w": loose()}, rules) == {"w": None}
+    assert sh.specs({"w": loose((4,))}, rules) == {"w": P("m")}
+    with pytest.raises(sh.ShardingError, match=r"has 1 entries but the array has shape \(\)"):
+        sh.specs({"w": loose(())}, rules)  # (no ndim: its shape is compared)
+    assert sh.specs({"w": loose()}, rules) == {"w": None}
+
+
+def test_specs_cache_keeps_trees_of_one_size_apart() -> None:
+    """Two trees with as many nodes and leaves (an encoder and a decoder) are both cached: a
+    call alternating between them resolves each once (the same resolution is returned)."""
+    from spruce import tree as st
+
+    rules = sh.Rules([("enc.*", P("m")), ("**", None)])
+    enc, dec = {"enc": {"q": np.zeros(4), "k": np.zeros(4)}}, {"dec": {"q": np.zeros(4), "k": np.zeros(4)}}
+    resolved = {}
+    for _ in range(2):
+        for name, t in (("enc", enc), ("dec", dec)):
+            leaves, treedef = st.flatten(t)
+            got = sh._resolve_tree(leaves, treedef, t, rules, None)
+            assert resolved.setdefault(name, got) is got
+    assert sh.specs(enc, rules) == {"enc": {"q": P("m"), "k": P("m")}}
+    assert sh.specs(dec, rules) == {"dec": {"q": P(), "k": P()}}
+    # and the cache stays bounded
+    for i in range(3 * sh._CACHE_SIZE):  # as many structures of one size, and as many rules
+        sh.specs({f"k{i}": np.zeros(4)}, rules)
+        sh.specs({"k": np.zeros(4)}, sh.Rules([(f"k{i}", None), ("**", None)]))
+    assert sum(len(w) for w in sh._cache.values()) == sh._cached[0] <= sh._CACHE_SIZE
+    assert max(len(w) for w in sh._cache.values()) <= sh._CACHE_WAYS
+
+
+def test_specs_cache_tells_equal_dict_keys_with_other_names_apart() -> None:
+    """The dict keys 1, True and 1.0 are equal, so the structures of these trees are equal,
+    but the leaves' names differ ('1.w', 'True.w', '1%2E0.w')."""
+    rules = sh.Rules([("True.w", P("m")), ("1%2E0.w", P(None, "m")), ("**", None)])
+    a = np.zeros((4, 4))
+    for _ in range(2):
+        assert sh.specs({1: {"w": a}}, rules) == {1: {"w": P()}}
+        assert sh.specs({True: {"w": a}}, rules) == {True: {"w": P("m")}}
+        assert sh.specs({1.0: {"w": a}}, rules) == {1.0: {"w": P(None, "m")}}
+        assert list(sh.specs({True: {"w": a}}, rules)) == [True]
+    # deeper, and after other non-str keys: only the second key of 'a' differs
+    deep = sh.Rules([("a.True.w", P("m")), ("a.-0%2E0.w", P(None, "m")), ("**", None)])
+    for _ in range(2):
+        assert sh.specs({"a": {0: {"w": a}, 1: {"w": a}}}, deep) == {"a": {0: {"w": P()}, 1: {"w": P()}}}
+        assert sh.specs({"a": {0: {"w": a}, True: {"w": a}}}, deep) == {"a": {0: {"w": P()}, True: {"w": P("m")}}}
+        assert sh.specs({"a": {0.0: {"w": a}, 1: {"w": a}}}, deep) == {"a": {0.0: {"w": P()}, 1: {"w": P()}}}
+        assert sh.specs({"a": {-0.0: {"w": a}, 1: {"w": a}}}, deep) == {"a": {-0.0: {"w": P(None, "m")}, 1: {"w": P()}}}
+
+
+def test_cached_results_keep_node_data_equal_and_shard_keeps_the_trees_own() -> None:
+    """specs builds its result from the cached structure: node data equal to the tree's;
+    shard returns the tree's own node data (static fields are the caller's objects)."""
+    import dataclasses
+
+    import spruce.tree as st
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        act: str
+
+    class Layer:
+        def __init__(self, w: Any, config: Config) -> None:
+            self.w, self.config = w, config
+
+    st.register_pytree_node(Layer, lambda n: ((n.w,), n.config), lambda config, ch: Layer(ch[0], config))
+    rules = sh.Rules([("**", None)])
+    m = sh.mesh({"m": 1})
+    first, second = Layer(np.zeros(2), Config("relu")), Layer(np.ones(2), Config("relu"))
+    assert first.config == second.config and first.config is not second.config
+    sh.specs(first, rules, mesh=m)
+    out = sh.specs(second, rules, mesh=m)
+    assert isinstance(out, Layer) and out.w == P() and out.config == second.config
+    placed = sh.shard(second, m, rules)
+    assert placed.config is second.config
+    np.testing.assert_array_equal(np.asarray(placed.w), np.ones(2))
+
+
 # -- sharded checkpoints on one device -----------------------------------------------------------------
 
 

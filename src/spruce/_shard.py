@@ -130,25 +130,50 @@ def filter_shard(x: Any, device_or_shardings: Any) -> Any:
 def place(leaves: list[Any], placements: list[Any], what: str, where: Callable[[int], str]) -> list[Any]:
     """Each array leaf on its sharding (None: left as it is): ``jax.device_put``, or
     ``with_sharding_constraint`` for a tracer; a ``jax.ShapeDtypeStruct`` gets the sharding as
-    its own.  Other leaves pass through.  ``where(i)`` names leaf ``i`` in errors.
+    its own, after the check ``device_put`` makes (the sharding divides the shape).  Other
+    leaves pass through.  ``where(i)`` names leaf ``i`` in errors.
 
     Raises:
-      ValueError: a sharding does not fit its array ("{what}: the leaf at {where(i)} ...").
+      ValueError: a sharding does not fit its array or ``ShapeDtypeStruct`` ("{what}: the leaf
+        at {where(i)} (shape, dtype) does not fit its sharding ...", then, for a
+        ``NamedSharding``, the dimension, its length, each mesh axis and its size; JAX's error
+        is chained).
     """
     out = []
     for i, (leaf, s) in enumerate(zip(leaves, placements)):
-        if s is None:
+        abstract = isinstance(leaf, jax.ShapeDtypeStruct)
+        if s is None or not (abstract or is_array(leaf)):
             out.append(leaf)
-        elif isinstance(leaf, jax.ShapeDtypeStruct):
-            out.append(_abstract(leaf.shape, leaf.dtype, sharding=s))
-        elif not is_array(leaf):
-            out.append(leaf)
-        else:
-            try:
-                out.append(_constrain(leaf, s) if isinstance(leaf, jax.core.Tracer) else jax.device_put(leaf, s))
-            except (ValueError, TypeError) as err:
-                raise ValueError(
-                    f"{what}: the leaf at {where(i)} (shape {tuple(leaf.shape)}, {leaf.dtype}) does not "
-                    f"fit its sharding {s}: {type(err).__name__}: {err}"
-                ) from err
+            continue
+        try:
+            if abstract:
+                placed = _abstract(leaf.shape, leaf.dtype, sharding=s)  # (checks the rank)
+                s.shard_shape(tuple(leaf.shape))  # the split, as device_put checks it
+                out.append(placed)
+            elif isinstance(leaf, jax.core.Tracer):
+                out.append(_constrain(leaf, s))
+            else:
+                out.append(jax.device_put(leaf, s))
+        except (ValueError, TypeError) as err:
+            shape = tuple(leaf.shape)
+            raise ValueError(
+                f"{what}: the leaf at {where(i)} (shape {shape}, {leaf.dtype}) does not fit its sharding "
+                f"{s}{_why(shape, s)}: {type(err).__name__}: {err}"
+            ) from err
     return out
+
+
+def _why(shape: tuple[int, ...], sharding: Any) -> str:
+    """``'; dimension 0 of shape (6, 4) has length 6, which mesh axis ...'`` for a
+    ``NamedSharding`` whose mesh axes do not divide ``shape`` (the text of
+    ``spruce.sharding``'s own error), else ``''``."""
+    from .sharding import ShardingError, _indivisible
+
+    spec, mesh = getattr(sharding, "spec", None), getattr(sharding, "mesh", None)
+    if spec is None or mesh is None:
+        return ""
+    try:
+        bad = _indivisible(shape, spec, dict(mesh.shape))
+    except ShardingError:
+        return ""
+    return f"; {bad[0][1]}" if bad else ""

@@ -30,20 +30,22 @@ that must match the whole name.  The first rule that matches wins.
 
 from __future__ import annotations
 
+import operator
 import re
 import threading
 from collections import OrderedDict
-from typing import Any, Iterable, Literal, Mapping, NamedTuple, Sequence, Union
+from typing import Any, Callable, Iterable, Literal, Mapping, NamedTuple, Sequence, Union
 
 import numpy as np
 
 from . import tree as _tree
 from ._summary import format_bytes
-from .io._names import flatten_names
+from .io._names import component, escaper, named_leaves
 
 __all__ = ["Explanation", "Rules", "ShardingError", "explain", "mesh", "shard", "shardings", "specs"]
 
-_CACHE_SIZE = 64
+_CACHE_SIZE = 64  # resolved trees in specs' cache, in all
+_CACHE_WAYS = 4  # of them with one key (rules, mesh, numbers of nodes and leaves)
 
 
 class ShardingError(ValueError):
@@ -209,7 +211,7 @@ class Rules:
       TypeError: a spec that is not a PartitionSpec or None; ``strict`` that is not a bool.
 
     Rules are immutable and hashable; ``specs`` caches its result per (tree structure,
-    shapes, rules, mesh).
+    rules, mesh), checked against the leaves' shapes.
 
     >>> from jax.sharding import PartitionSpec as P
     >>> r = Rules([('**.*_proj.weight', P('model', None)), ('**', None)])
@@ -332,10 +334,42 @@ def _fsdp_spec(f: _Fsdp, shape: tuple[int, ...], mesh_shape: Mapping[str, int] |
     return _pspec(*([None] * best + [f.axis]))
 
 
+def _indivisible(shape: tuple[int, ...], spec: Any, mesh_shape: Mapping[str, int]) -> list[tuple[int, str]]:
+    """The dimensions of ``shape`` that their mesh axes in ``spec`` do not divide, each with the
+    text that says so (the dimension, its length, each mesh axis and its size).
+
+    Raises:
+      ShardingError: ``spec`` names a mesh axis that ``mesh_shape`` does not have.
+    """
+    out = []
+    for dim, entry in enumerate(spec):
+        axes = _axes_of(entry)
+        if not axes or dim >= len(shape):
+            continue
+        for axis in axes:
+            if axis not in mesh_shape:
+                raise ShardingError(
+                    f"the spec {spec} names mesh axis {axis!r}, which the mesh {dict(mesh_shape)} does not have"
+                )
+        if shape[dim] % _split(entry, mesh_shape):
+            split = " x ".join(f"{a!r} of size {mesh_shape[a]}" for a in axes)
+            out.append(
+                (dim, f"dimension {dim} of shape {shape} has length {shape[dim]}, which mesh axis {split} does not divide (spec {spec})")
+            )
+    return out
+
+
+def _split(entry: Any, mesh_shape: Mapping[str, int]) -> int:
+    """Into how many parts one entry of a spec splits its dimension (the mesh axes' sizes
+    multiplied; 1 for None)."""
+    n = 1
+    for axis in _axes_of(entry):
+        n *= mesh_shape[axis]
+    return n
+
+
 def _resolve(name: str, shape: tuple[int, ...], spec: Any, rules: Rules, mesh_shape: Mapping[str, int] | None) -> Any:
     """Check ``spec`` against the array's shape and the mesh; apply ``on_indivisible``."""
-    from jax.sharding import PartitionSpec
-
     if len(spec) > len(shape):
         raise ShardingError(
             f"{name}: the spec {spec} has {len(spec)} entries but the array has shape {shape} "
@@ -343,52 +377,131 @@ def _resolve(name: str, shape: tuple[int, ...], spec: Any, rules: Rules, mesh_sh
         )
     if mesh_shape is None:
         return spec
+    try:
+        bad = _indivisible(shape, spec, mesh_shape)
+    except ShardingError as e:
+        raise ShardingError(f"{name}: {e}") from None
+    if not bad:
+        return spec
+    if rules.on_indivisible == "error":
+        raise ShardingError(
+            f"{name}: {bad[0][1]}; change the rule, or pass on_indivisible='replicate' to leave such "
+            "dimensions unsplit"
+        )
     entries = list(spec)
-    changed = False
-    for dim, entry in enumerate(entries):
-        axes = _axes_of(entry)
-        if not axes:
-            continue
-        total = 1
-        for axis in axes:
-            if axis not in mesh_shape:
-                raise ShardingError(
-                    f"{name}: the spec {spec} names mesh axis {axis!r}, which the mesh "
-                    f"{dict(mesh_shape)} does not have"
-                )
-            total *= mesh_shape[axis]
-        if shape[dim] % total:
-            if rules.on_indivisible == "replicate":
-                entries[dim] = None
-                changed = True
-                continue
-            split = " x ".join(f"{a!r} of size {mesh_shape[a]}" for a in axes)
-            raise ShardingError(
-                f"{name}: dimension {dim} of shape {shape} has length {shape[dim]}, which mesh axis "
-                f"{split} does not divide (spec {spec}); change the rule, or pass "
-                "on_indivisible='replicate' to leave such dimensions unsplit"
-            )
-    return _pspec(*entries) if changed else spec
+    for dim, _ in bad:
+        entries[dim] = None
+    return _pspec(*entries)
+
+
+class _Check(NamedTuple):
+    """One part of a cache hit's check: ``tuple(map(get, pick(leaves))) == expected``."""
+
+    pick: Callable[[list[Any]], tuple[Any, ...]]
+    get: Callable[[Any], Any]
+    expected: tuple[Any, ...]
 
 
 class _Resolved(NamedTuple):
+    treedef: Any
     names: list[str]
     specs: list[Any]  # PartitionSpec or None per leaf
     rule_of: list[int]  # index of the matching rule per leaf, -1 for none (non-array or fallback)
     used: frozenset[int]
     types: list[type]  # the type of each leaf
-    shapes: list[Any]  # the shape of each leaf (None without one)
+    checks: tuple[_Check, ...]  # what else of the leaves the specs depend on
+    # (leaf index, position in its key path, name component) of each key-path entry whose name
+    # does not follow from the structure (dict keys 1 and True are equal but named apart), at
+    # the first leaf under it
+    name_probes: tuple[tuple[int, int, str], ...]
 
 
-# (treedef, rules, mesh) -> _Resolved, most recently used last.  A hit also needs equal leaf
-# types and shapes (specs depend on them, not on dtypes): two list comparisons instead of
-# hashing a tuple per leaf, which is what keeps a cached call near one flatten and one unflatten.
-_cache: OrderedDict[Any, _Resolved] = OrderedDict()
+# (rules, mesh, number of nodes, number of leaves) -> up to _CACHE_WAYS _Resolved (trees of one
+# size, e.g. an encoder and a decoder), most recently used last; _CACHE_SIZE in all.  A hit
+# needs a structure equal to the cached one (compared, not hashed: hashing a fresh 20,000-node
+# structure costs as much as flattening the tree, while == of two structures of one tree
+# compares shared node data by identity), equal leaf types, and equal values of what the specs
+# depend on (_Check): the shape of an array split over the mesh (divisibility; Rules.fsdp's
+# choice), the rank of an array whose spec has entries (the rank check), nothing for a
+# replicated array.  Dtypes never matter.
+_cache: OrderedDict[Any, list[_Resolved]] = OrderedDict()
+_cached = [0]  # the number of _Resolved in _cache
 _cache_lock = threading.Lock()
 
+# Leaf types that can never become arrays (no instance attributes): not checked on a hit.
+_SCALARS = frozenset([int, float, complex, bool, str, bytes, type(None)])
+_SHAPE = operator.attrgetter("shape")
+_NDIM = operator.attrgetter("ndim")
 
-def _shapes(leaves: list[Any]) -> list[Any]:
-    return [getattr(x, "shape", None) for x in leaves]
+
+def _picker(idx: list[int]) -> Callable[[list[Any]], tuple[Any, ...]]:
+    if len(idx) == 1:
+        i = idx[0]
+        return lambda leaves: (leaves[i],)
+    pick: Callable[[list[Any]], tuple[Any, ...]] = operator.itemgetter(*idx)
+    return pick
+
+
+def _checks(leaves: list[Any], needs: list[int]) -> tuple[_Check, ...]:
+    """The checks for a cache hit: ``needs[i]`` is 0 (nothing), 1 (the rank), 2 (the shape)
+    or 3 (whether it is an array at all) for leaf ``i``."""
+    groups: dict[int, list[int]] = {1: [], 2: [], 3: []}
+    for i, need in enumerate(needs):
+        if need == 1 and type(leaves[i]) is not np.ndarray:
+            # ndim costs less than shape for NumPy arrays only (a jax.Array's and a
+            # ShapeDtypeStruct's ndim are computed from their shape); and other array-likes
+            # may have no ndim: compare their shapes instead, which is stricter
+            need = 2
+        if need:
+            groups[need].append(i)
+    out = []
+    for need, get in ((1, _NDIM), (2, _SHAPE), (3, _is_array)):
+        idx = groups[need]
+        if idx:
+            pick = _picker(idx)
+            out.append(_Check(pick, get, tuple(map(get, pick(leaves)))))
+    return tuple(out)
+
+
+def _stable_name(entry: Any) -> bool:
+    """Whether a key-path entry's name component follows from the tree's structure: equal
+    structures give equal names (not so for the dict keys ``1`` and ``True``, which are equal
+    but print differently)."""
+    if isinstance(entry, _tree.DictKey):
+        return type(entry.key) is str
+    return isinstance(entry, (_tree.SequenceKey, _tree.GetAttrKey, _tree.FlattenedIndexKey))
+
+
+def _hit(hit: _Resolved | None, leaves: list[Any], treedef: Any, tree: Any) -> bool:
+    if hit is None or hit.treedef != treedef or list(map(type, leaves)) != hit.types:
+        return False
+    try:
+        for c in hit.checks:
+            if tuple(map(c.get, c.pick(leaves))) != c.expected:
+                return False
+    except AttributeError:  # an array leaf lost its shape
+        return False
+    if hit.name_probes:
+        paths = _tree.leaves_with_path(tree)  # (the engine's walk; names cost far more)
+        esc = escaper(".")
+        try:
+            return all(component(paths[i][0][j], esc) == text for i, j, text in hit.name_probes)
+        except IndexError:
+            return False
+    return True
+
+
+def _name_probes(named: list[tuple[str, tuple[Any, ...], Any]]) -> tuple[tuple[int, int, str], ...]:
+    """``_Resolved.name_probes`` of a tree's ``named_leaves``."""
+    esc = escaper(".")
+    out = []
+    prev: tuple[Any, ...] = ()
+    for i, (_, path, _) in enumerate(named):
+        for j, entry in enumerate(path):
+            if not _stable_name(entry) and prev[: j + 1] != path[: j + 1]:
+                out.append((i, j, component(entry, esc)))
+        prev = path
+    return tuple(out)
 
 
 def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh_obj: Any) -> _Resolved:
@@ -398,30 +511,35 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
         raise TypeError(
             f"mesh must be a jax.sharding.Mesh (e.g. spruce.sharding.mesh({{'data': 2}})), got {type(mesh_obj).__name__}"
         )
-    mesh_shape = None if mesh_obj is None else dict(mesh_obj.shape)
-    types = list(map(type, leaves))
-    shapes = _shapes(leaves)
-    key: Any = (treedef, rules, mesh_obj)
+    key: Any = (rules, mesh_obj, treedef.num_nodes, treedef.num_leaves)
     try:
         hash(key)
     except TypeError:
         key = None
     if key is not None:
         with _cache_lock:
-            hit = _cache.get(key)
-            if hit is not None:
+            ways = _cache.get(key)
+            if ways is not None:
                 _cache.move_to_end(key)
-        if hit is not None and hit.types == types and hit.shapes == shapes:
-            return hit
-    names = list(flatten_names(tree))
+                ways = list(ways)
+        for hit in ways or ():
+            if _hit(hit, leaves, treedef, tree):
+                return hit
+    mesh_shape = None if mesh_obj is None else dict(mesh_obj.shape)
+    named = named_leaves(tree)
+    names = [n for n, _, _ in named]
     specs_out: list[Any] = []
     rule_of: list[int] = []
+    needs: list[int] = []
     used: set[int] = set()
     for name, x in zip(names, leaves):
         if not _is_array(x):
             specs_out.append(None)
             rule_of.append(-1)
+            needs.append(0 if type(x) in _SCALARS else 3)
             continue
+        # an array whose type has no shape and dtype of its own may stop being one
+        arrayness = 0 if hasattr(type(x), "shape") and hasattr(type(x), "dtype") else 3
         shown = f"key path {name!r}" if name else "the root leaf"
         shape = tuple(int(d) for d in x.shape)
         matched = rules.match(name)
@@ -432,23 +550,35 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
                     "for example ('**', None) last to replicate everything else, or pass "
                     "strict=False"
                 )
-            from jax.sharding import PartitionSpec
-
             specs_out.append(_pspec())
             rule_of.append(-1)
+            needs.append(arrayness)
             continue
         i, spec = matched
         used.add(i)
         if isinstance(spec, _Fsdp):
-            spec = _fsdp_spec(spec, shape, mesh_shape, shown)
-        specs_out.append(_resolve(shown, shape, spec, rules, mesh_shape))
+            specs_out.append(_resolve(shown, shape, _fsdp_spec(spec, shape, mesh_shape, shown), rules, mesh_shape))
+            needs.append(2)  # the dimension chosen, and whether the array is large enough
+        else:
+            specs_out.append(_resolve(shown, shape, spec, rules, mesh_shape))
+            if mesh_shape is not None and any(_split(entry, mesh_shape) > 1 for entry in spec):
+                needs.append(2)  # divisibility by the mesh axes' sizes
+            else:
+                needs.append(1 if len(spec) else arrayness)  # the rank check
         rule_of.append(i)
-    out = _Resolved(names, specs_out, rule_of, frozenset(used), types, shapes)
+    types = list(map(type, leaves))
+    out = _Resolved(treedef, names, specs_out, rule_of, frozenset(used), types, _checks(leaves, needs), _name_probes(named))
     if key is not None:
         with _cache_lock:
-            _cache[key] = out
-            while len(_cache) > _CACHE_SIZE:
-                _cache.popitem(last=False)
+            ways = _cache.setdefault(key, [])
+            _cache.move_to_end(key)
+            ways.append(out)
+            _cached[0] += 1
+            if len(ways) > _CACHE_WAYS:
+                del ways[0]
+                _cached[0] -= 1
+            while _cached[0] > _CACHE_SIZE:
+                _cached[0] -= len(_cache.popitem(last=False)[1])
     return out
 
 
@@ -459,17 +589,32 @@ def specs(tree: Any, rules: Rules, *, mesh: Any = None) -> Any:
 
     Without ``mesh`` only the patterns and ranks are checked; with it, also the mesh axes and
     divisibility (``on_indivisible``), and ``Rules.fsdp`` can choose its dimensions (it needs
-    the mesh).  Results are cached per (structure, rules, mesh) in a bounded cache of 64
-    entries, and reused while the leaves' types and shapes are those of the cached call: a
-    cached call costs about one ``spruce.tree.flatten`` and one unflatten of the tree
-    (``benchmarks/bench_sharded.py`` times it on 10,000 leaves).
+    the mesh).
+
+    Results are cached per (structure, rules, mesh) in a bounded cache of 64 entries, and
+    reused while the leaves' types, and what of their shapes the specs depend on, are those
+    of the cached call: the shape of an array that a mesh axis of size > 1 splits (or that
+    ``Rules.fsdp`` places), the rank of an array whose spec has entries, nothing else (an
+    array reshaped in place is seen).  Dict keys that are equal but print differently
+    (``1``, ``True``, ``1.0``) give different names, so a tree with dict keys that are not
+    str also has its key paths read on a cached call (``spruce.tree.leaves_with_path``,
+    roughly doubling its cost).  Otherwise a cached call walks the tree twice: one ``spruce.tree.flatten`` to read its
+    structure and leaves, and one unflatten to build the result, which is a new tree each
+    time (the caller may change it); between them it compares the structure with the cached
+    one and reads the checked shapes.  On 10,000 leaves that is 1.1-1.2x the instructions of
+    one flatten + unflatten of the tree (fewer than a ``jax.tree.map`` over it) and about
+    1.2-1.5x its time with the garbage collector on (``benchmarks/bench_sharded.py``;
+    docs/benchmarks.md has the milliseconds).  The first call, which
+    names every leaf and matches it against the rules, costs 10-20 times that.  The result
+    is built from the cached structure: its node data (dict keys, static fields) are equal
+    to the tree's, not necessarily the same objects.
 
     Raises:
       ShardingError: as described on ``Rules`` and ``ShardingError``.
     """
     leaves, treedef = _tree.flatten(tree)
     res = _resolve_tree(leaves, treedef, tree, rules, mesh)
-    return treedef.unflatten(list(res.specs))
+    return res.treedef.unflatten(list(res.specs))
 
 
 def shardings(tree: Any, mesh: Any, rules: Rules) -> Any:
@@ -485,7 +630,7 @@ def shardings(tree: Any, mesh: Any, rules: Rules) -> Any:
 
     leaves, treedef = _tree.flatten(tree)
     res = _resolve_tree(leaves, treedef, tree, rules, mesh)
-    return treedef.unflatten([None if s is None else NamedSharding(mesh, s) for s in res.specs])
+    return res.treedef.unflatten([None if s is None else NamedSharding(mesh, s) for s in res.specs])
 
 
 def shard(tree: Any, mesh: Any, rules: Rules) -> Any:
@@ -509,6 +654,7 @@ def shard(tree: Any, mesh: Any, rules: Rules) -> Any:
     leaves, treedef = _tree.flatten(tree)
     res = _resolve_tree(leaves, treedef, tree, rules, mesh)
     placements = [None if spec is None else NamedSharding(mesh, spec) for spec in res.specs]
+    # (the tree's own structure, not the cached one: the result carries the tree's own static data)
     return treedef.unflatten(place(leaves, placements, "shard", lambda i: f"key path {res.names[i]!r}"))
 
 
@@ -536,9 +682,10 @@ class Explanation:
     Attributes:
       rows: a list of ``Row``.
       bytes_per_device: ``{device id: bytes}``, exactly the array bytes placement will hold on
-        each device of the mesh.
+        each device of the mesh (an array that placement does not copy counts once however
+        many key paths hold it; see ``explain``).
       unmatched: the patterns of the rules that matched no leaf.
-      total_bytes: the bytes of one copy of the tree's arrays.
+      total_bytes: the bytes of one copy of the tree's arrays (counted as above).
       mesh: the ``jax.sharding.Mesh``.
 
     ``spruce.view.sharding_html(explanation)`` draws it (device grids and memory bars).
@@ -589,11 +736,27 @@ def _placed_dtype(dtype: Any) -> np.dtype[Any]:
     return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
 
 
+def _already_placed(x: Any, sharding: Any, ndim: int) -> bool:
+    """Whether ``x`` is a (concrete) ``jax.Array`` laid out as ``sharding`` says."""
+    import jax
+
+    if not isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer):
+        return False
+    return bool(x.sharding.is_equivalent_to(sharding, ndim))
+
+
 def explain(tree: Any, mesh: Any, rules: Rules) -> Explanation:
     """How ``rules`` lay ``tree`` out on ``mesh``: one row per array leaf (path, shape, dtype,
     rule, spec, bytes per device, replication), the bytes each device will hold, and the
     rules that matched nothing.  Nothing is placed or copied.  Dtypes are those the devices
     will hold (int64 and float64 become 32-bit unless ``jax_enable_x64`` is set).
+
+    The bytes are those ``shard(tree, mesh, rules)`` leaves on the devices: a ``jax.Array``
+    held at several key paths (tied weights) that is already laid out as its spec says is
+    not copied by placement, so it counts once, in ``bytes_per_device`` and ``total_bytes``
+    (as ``spruce.view`` counts it); it still has a row per key path.  A NumPy array at several
+    key paths, or a ``jax.Array`` that placement moves, is copied per key path and counts at
+    each.
 
     Raises:
       ShardingError: as ``specs``.
@@ -612,6 +775,7 @@ def explain(tree: Any, mesh: Any, rules: Rules) -> Explanation:
     per: dict[int, int] = {int(d.id): 0 for d in mesh.devices.flat}
     rows: list[Row] = []
     total = 0
+    kept: set[int] = set()  # ids of the jax.Arrays counted that placement keeps where they are
     for name, x, spec, i in zip(res.names, leaves, res.specs, res.rule_of):
         if spec is None:
             continue
@@ -619,14 +783,22 @@ def explain(tree: Any, mesh: Any, rules: Rules) -> Explanation:
         itemsize = _placed_dtype(x.dtype).itemsize
         sharding = NamedSharding(mesh, spec)
         indices = sharding.devices_indices_map(shape)
+        # A jax.Array already laid out as its spec says stays where it is (device_put does not
+        # copy it): held at several key paths, it is one allocation and counts once.  Anything
+        # else is copied per key path (a NumPy array, an array placed otherwise).
+        again = False
+        if _already_placed(x, sharding, len(shape)):
+            again = id(x) in kept
+            kept.add(id(x))
         distinct = set()
         dev: Any
         for dev, idx in indices.items():
-            nb = itemsize * int(np.prod([len(range(*s.indices(n))) for s, n in zip(idx, shape)], dtype=np.int64))
-            per[int(dev.id)] += nb
+            if not again:
+                nb = itemsize * int(np.prod([len(range(*s.indices(n))) for s, n in zip(idx, shape)], dtype=np.int64))
+                per[int(dev.id)] += nb
             distinct.add(tuple((s.start, s.stop) for s in idx))
         size = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        total += size * itemsize
+        total += 0 if again else size * itemsize
         shard_bytes = itemsize * (int(np.prod(sharding.shard_shape(shape), dtype=np.int64)) if shape else 1)
         rows.append(Row(name, shape, str(_placed_dtype(x.dtype)), rules.rules[i][0] if i >= 0 else "", spec, shard_bytes, len(indices) // max(1, len(distinct))))
     unmatched = [p for j, (p, _) in enumerate(rules.rules) if j not in res.used]

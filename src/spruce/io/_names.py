@@ -132,17 +132,27 @@ def flatten_names(tree: Any, *, sep: str = ".") -> dict[str, Any]:
     >>> flatten_names({'x': (1, 2)}, sep='/')
     {'x/0': 1, 'x/1': 2}
     """
+    return {name: leaf for name, _, leaf in named_leaves(tree, sep)}
+
+
+def named_leaves(tree: Any, sep: str = ".") -> list[tuple[str, tuple[Any, ...], Any]]:
+    """``(name, key path, leaf)`` for every leaf of ``tree`` in flatten order, named as by
+    ``flatten_names`` (which this is, with the key paths kept).
+
+    Raises:
+      ValueError: as ``flatten_names``.
+    """
     esc = escaper(sep)
-    out: dict[str, Any] = {}
+    out: list[tuple[str, tuple[Any, ...], Any]] = []
     where: dict[str, Any] = {}
     for path, leaf in _tree.leaves_with_path(tree):
         name = sep.join([component(e, esc) for e in path])
-        if name in out:
+        if name in where:
             raise ValueError(
                 f"flatten_names: the leaves at key paths {path_text(where[name])} and "
                 f"{path_text(path)} both get the name {name!r}; rename one of the keys"
             )
-        out[name] = leaf
+        out.append((name, path, leaf))
         where[name] = path
     return out
 
