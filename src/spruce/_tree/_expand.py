@@ -224,6 +224,10 @@ def expand_with_keys(x: Any, none_is_leaf: bool) -> tuple[int, Any, list[Any], l
         if kind == LEAF:
             return LEAF, None, EMPTY, EMPTY
         if kind == CUSTOM:
+            mode = info.mode
+            if mode == MODE_DATACLASS or mode == MODE_DATACLASS_INIT:
+                ch = info.dataclass_children(x)
+                return (len(ch) << SHIFT) | CUSTOM, info.dataclass_data(x), ch, info.data_keys
             ch, keys, aux = info.flatten_node_with_keys(x)
             return (len(ch) << SHIFT) | CUSTOM, info.custom_data(aux), ch, keys
         code, data, ch = expand_registered(x, info)
