@@ -17,14 +17,14 @@ from ._depth import COMPILED
 from ._keys import GetAttrKey, dict_keys, sequence_keys
 from ._kinds import (
     CUSTOM,
-    MODE_DATACLASS,
-    MODE_DATACLASS_INIT,
     DEFAULTDICT,
     DEQUE,
     DICT,
     LEAF,
     LIST,
     MASK,
+    MODE_DATACLASS,
+    MODE_DATACLASS_INIT,
     NAMEDTUPLE,
     NONE,
     ORDEREDDICT,

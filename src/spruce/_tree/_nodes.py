@@ -235,7 +235,7 @@ class NodeInfo:
         cls: Any = self.nodetype
         new = self.new
         if new is None:
-            new = cls.__new__  # looked up once: a class attribute and a type lookup per node
+            new = cls.__new__  # looked up once per class, not once per node
             self.new = new
         try:
             obj = new(cls)
@@ -270,7 +270,6 @@ class NodeInfo:
             for name, default, factory in drops:
                 setter(obj, name, factory() if factory is not None else default)
         return obj
-
 
 
 def _call_flatten(info: NodeInfo, fn: Callable[[Any], Any] | None, x: Any, what: str) -> tuple[Any, Any]:
@@ -463,4 +462,3 @@ def sorted_keys(d: Any) -> list[Any]:
         return sorted(d, key=_by_type_then_key)
     except TypeError:
         return sorted(d, key=_by_type_then_repr)
-
