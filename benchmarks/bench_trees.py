@@ -331,6 +331,11 @@ def module_model(n_blocks: int = MODULE_BLOCKS, d: int = 4) -> Any:
     return c["Model"](_arr(16, d), blocks, norm(99))
 
 
+def _listed(pair: tuple[Any, Any]) -> tuple[list[Any], Any]:
+    """``(children, aux)`` with the children as a list (torch's flatten functions return one)."""
+    return list(pair[0]), pair[1]
+
+
 def _register_modules(lib: str, mod: Any) -> None:
     """Register the Module classes with ``lib``.  spruce registers them itself when they are
     defined, and with jax.tree_util as soon as JAX is imported; the uncompiled build gets the
@@ -341,6 +346,8 @@ def _register_modules(lib: str, mod: Any) -> None:
         return  # the compiled build: Module registered them
     if lib == "jax":
         return
+    from spruce._module._module import _fields_getter  # the very reads Module's own flatten makes
+
     for name, cls in classes.items():
         data, static = MODULE_FIELDS[name]
         if lib == "spruce":
@@ -351,9 +358,9 @@ def _register_modules(lib: str, mod: Any) -> None:
             registry.register_with_fixed_keys(cls, flatten, unflatten, keys)
             continue
 
-        def flat(x: Any, data: tuple[str, ...] = data, static: tuple[str, ...] = static) -> tuple[list[Any], tuple[Any, ...]]:
+        def flat(x: Any, get_data: Any = _fields_getter(data), get_static: Any = _fields_getter(static)) -> tuple[Any, tuple[Any, ...]]:
             d = x.__dict__
-            return [d[n] for n in data], tuple([d[n] for n in static])
+            return get_data(d), get_static(d)
 
         def unflat(aux: tuple[Any, ...], children: Any, cls: Any = cls, data: tuple[str, ...] = data, static: tuple[str, ...] = static) -> Any:
             obj = object.__new__(cls)
@@ -373,7 +380,7 @@ def _register_modules(lib: str, mod: Any) -> None:
             key = mod.GetAttrKey
             mod.register_pytree_node(
                 cls,
-                lambda x, flat=flat: flat(x),
+                lambda x, flat=flat: _listed(flat(x)),
                 lambda ch, aux, unflat=unflat: unflat(aux, ch),
                 flatten_with_keys_fn=lambda x, flat=flat, data=data: (
                     [(key(n), c) for n, c in zip(data, flat(x)[0])],

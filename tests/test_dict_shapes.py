@@ -151,3 +151,42 @@ def test_rebuilt_dicts_of_every_small_size_keep_insertion_order_and_values(n: in
                 rebuilt = st.unflatten(td, leaves)
                 assert list(rebuilt.items()) == list(d.items())
             assert list(st.map(lambda x: x + "!", d).items()) == [(k, v + "!") for k, v in d.items()]
+
+
+def test_a_dict_starting_with_a_known_key_object_but_other_keys_is_its_own_shape() -> None:
+    # Compiled, a known shape is found by the identity of a dict's first key and its size, then
+    # checked key by key: a dict that shares only its first key object is another shape.
+    st.flatten({"w": 1, "b": 2})
+    for d in ({"w": 1, "c": 2}, {"w": 1, "b": 2, "c": 3}, {"w": 1}, {"b": 2, "w": 1}):
+        leaves, td = st.flatten(d)
+        assert leaves == [d[k] for k in sorted(d)]
+        rebuilt = st.unflatten(td, leaves)
+        assert rebuilt == d and list(rebuilt) == list(d)
+
+
+def test_equal_but_distinct_key_objects_give_the_same_structure() -> None:
+    a = {"kernel": 1, "bias": 2}
+    b = {"".join(["ker", "nel"]): 3, "".join(["bi", "as"]): 4}
+    assert all(x is not y for x, y in zip(a, b))
+    assert st.structure(a) == st.structure(b)
+    assert st.leaves(b) == [4, 3]
+    assert st.unflatten(st.structure(b), [0, 1]) == {"kernel": 1, "bias": 0}
+
+
+def test_many_shapes_sharing_first_keys_flatten_and_rebuild_exactly() -> None:
+    # More shapes than a probe holds, many with the same first key: each dict must still come
+    # back with its own keys, values and order, however the shapes collide.
+    import random
+
+    rng = random.Random(0)
+    names = [f"k{i}" for i in range(40)]
+    for _ in range(3000):
+        keys = rng.sample(names, rng.randint(1, 6))
+        if rng.random() < 0.3:
+            keys = ["".join(list(k)) for k in keys]  # equal keys, other objects
+        d = {k: i for i, k in enumerate(keys)}
+        leaves, td = st.flatten(d)
+        assert leaves == [d[k] for k in sorted(d)]
+        rebuilt = st.unflatten(td, leaves)
+        assert rebuilt == d and list(rebuilt) == list(d)
+        assert st.map(lambda x: -x, d) == {k: -v for k, v in d.items()}

@@ -102,3 +102,21 @@ def test_the_kept_entries_of_a_type_are_bounded_and_trees_with_more_aux_values_w
         assert [(s.w, s.scale) for s in rebuilt] == [(s.w, s.scale) for s in tree]
         assert td == st.structure([Scaled(0.0, "".join(t)) for t in tags])
     assert len(lookup(Scaled).recent) <= MAX_RECENT
+
+
+def test_dataclass_nodes_are_rebuilt_from_any_position_among_the_leaves() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Dropping:
+        w: Any
+        b: Any
+        act: Any = dataclasses.field(default="relu", metadata={"static": True})
+        cache: Any = None
+
+    st.register_dataclass(Dropping, data_fields=["w", "b"], meta_fields=["act"], drop_fields=["cache"])
+    tree = [0, Scaled(1, "s"), {"a": Dropping(2, 3, "gelu", cache="x"), "z": Scaled(4, "t")}, 5]
+    leaves, td = st.flatten(tree)
+    assert leaves == [0, 1, 2, 3, 4, 5]
+    rebuilt = st.unflatten(td, [10, 11, 12, 13, 14, 15])
+    assert rebuilt == [10, Scaled(11, "s"), {"a": Dropping(12, 13, "gelu", cache=None), "z": Scaled(14, "t")}, 15]
+    assert rebuilt[2]["a"].cache is None  # a drop field is reset to its default
+    assert st.map(lambda x: x + 1, tree)[2]["a"] == Dropping(3, 4, "gelu")

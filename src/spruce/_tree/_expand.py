@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict, defaultdict, deque
 from typing import TYPE_CHECKING, Any, Final
 
+from ._depth import COMPILED
 from ._keys import GetAttrKey, dict_keys, sequence_keys
 from ._kinds import (
     CUSTOM,
@@ -22,6 +23,8 @@ from ._kinds import (
     LEAF,
     LIST,
     MASK,
+    MODE_DATACLASS,
+    MODE_DATACLASS_INIT,
     NAMEDTUPLE,
     NONE,
     ORDEREDDICT,
@@ -50,8 +53,46 @@ MAX_SHAPE_KEYS: Final = 64
 MAX_SHAPES: Final = 4096
 
 
+# In front of ``_SHAPES``, a direct-mapped probe by the identity of a dict's first key and its
+# size: a model's dicts are built from the same key objects again and again (string literals,
+# attribute names), so a dict whose keys are, one by one, the very objects of a shared shape's
+# insertion order gets that shape without building a key list and a tuple to hash and compare.
+# A miss (other key objects, even equal ones) takes the ``_SHAPES`` path, which refills the slot.
+PROBE_SIZE: Final = 1024
+_PROBE: Final[list[Any]] = [None] * PROBE_SIZE
+
+
 def dict_data(d: dict[Any, Any], factory: Any) -> tuple[DictData, list[Any]]:
     """Node data and children (in sorted key order) of a dict or defaultdict."""
+    slot: i64 = -1
+    if factory is None and COMPILED:
+        n: i64 = len(d)
+        for k in d:
+            slot = ((id(k) >> 4) ^ n) & (PROBE_SIZE - 1)
+            break
+        if slot >= 0:
+            hit = _PROBE[slot]
+            if hit is not None:
+                dd: DictData = hit
+                ordered = dd.keys if dd.order is None else dd.order
+                if len(ordered) == n:
+                    i: i64 = 0
+                    for k in d:
+                        if k is not ordered[i]:
+                            break
+                        i += 1
+                    if i == n:
+                        values = list(d.values())
+                        perm = dd.perm
+                        return dd, (values if perm is None else [values[j] for j in perm])
+    dd, ch = _shared_dict_data(d, factory)
+    if slot >= 0 and dd.shared:
+        _PROBE[slot] = dd
+    return dd, ch
+
+
+def _shared_dict_data(d: dict[Any, Any], factory: Any) -> tuple[DictData, list[Any]]:
+    """``dict_data`` through the ``_SHAPES`` table (no probe)."""
     order = list(d.keys())
     if factory is None and len(order) <= MAX_SHAPE_KEYS:
         for k in order:
@@ -120,6 +161,10 @@ def expand(x: Any, none_is_leaf: bool) -> tuple[int, Any, list[Any]]:
 def expand_registered(x: Any, info: NodeInfo) -> tuple[int, Any, list[Any]]:
     kind = info.kind
     if kind == CUSTOM:
+        mode = info.mode
+        if mode == MODE_DATACLASS or mode == MODE_DATACLASS_INIT:
+            ch = info.dataclass_children(x)
+            return (len(ch) << SHIFT) | CUSTOM, info.dataclass_data(x), ch
         ch, aux = info.flatten_node(x)
         return (len(ch) << SHIFT) | CUSTOM, info.custom_data(aux), ch
     if kind == NAMEDTUPLE or kind == STRUCTSEQ:
@@ -179,6 +224,10 @@ def expand_with_keys(x: Any, none_is_leaf: bool) -> tuple[int, Any, list[Any], l
         if kind == LEAF:
             return LEAF, None, EMPTY, EMPTY
         if kind == CUSTOM:
+            mode = info.mode
+            if mode == MODE_DATACLASS or mode == MODE_DATACLASS_INIT:
+                ch = info.dataclass_children(x)
+                return (len(ch) << SHIFT) | CUSTOM, info.dataclass_data(x), ch, info.data_keys
             ch, keys, aux = info.flatten_node_with_keys(x)
             return (len(ch) << SHIFT) | CUSTOM, info.custom_data(aux), ch, keys
         code, data, ch = expand_registered(x, info)

@@ -47,6 +47,7 @@ class NodeInfo:
     recent: list[CustomData]  # node data made last (see ``custom_data``)
     next_recent: int  # the entry of ``recent`` to replace next
     plain_aux: type | None  # a tuple subclass whose instances are only their items
+    new: Callable[[Any], Any] | None  # MODE_DATACLASS: the class's __new__, looked up once
 
     def __init__(
         self,
@@ -74,6 +75,7 @@ class NodeInfo:
         self.recent = []
         self.next_recent = 0
         self.plain_aux = None
+        self.new = None
 
     def custom_data(self, aux: Any) -> CustomData:
         """The node data of a node of this type whose flatten returned ``aux``.
@@ -136,17 +138,40 @@ class NodeInfo:
                     return False
         return True
 
+    def dataclass_children(self, x: Any) -> list[Any]:
+        """The data fields of a dataclass-mode node, in order (by ``getattr``)."""
+        return [getattr(x, f) for f in self.data_fields]
+
+    def dataclass_aux(self, x: Any) -> tuple[Any, ...]:
+        """The meta fields of a dataclass-mode node, as a tuple (its aux data)."""
+        mf = self.meta_fields
+        if not mf:
+            return ()
+        if len(mf) == 1:
+            return (getattr(x, mf[0]),)
+        return tuple([getattr(x, f) for f in mf])
+
+    def dataclass_data(self, x: Any) -> CustomData:
+        """``custom_data(dataclass_aux(x))`` without making the aux tuple when a recent entry
+        has the same single meta value (the common case: one static field such as an
+        activation name, the same object in every layer)."""
+        mf = self.meta_fields
+        if COMPILED and len(mf) == 1:
+            v = getattr(x, mf[0])
+            recent = self.recent
+            for i in range(len(recent)):
+                cd = recent[i]
+                aux = cd.aux
+                if type(aux) is tuple and len(aux) == 1 and aux[0] is v:
+                    return cd
+            return self.custom_data((v,))
+        return self.custom_data(self.dataclass_aux(x))
+
     def flatten_node(self, x: Any) -> tuple[list[Any], Any]:
         """``(children, aux_data)`` of a CUSTOM node."""
         mode = self.mode
         if mode == MODE_DATACLASS or mode == MODE_DATACLASS_INIT:
-            children = [getattr(x, f) for f in self.data_fields]
-            mf = self.meta_fields
-            if not mf:
-                return children, ()
-            if len(mf) == 1:
-                return children, (getattr(x, mf[0]),)
-            return children, tuple([getattr(x, f) for f in mf])
+            return self.dataclass_children(x), self.dataclass_aux(x)
         if mode == MODE_STATIC:
             return [], x
         if mode == MODE_KEYS:
@@ -187,38 +212,7 @@ class NodeInfo:
         """Rebuild a CUSTOM node from its aux data and children."""
         mode = self.mode
         if mode == MODE_DATACLASS:
-            cls: Any = self.nodetype
-            try:
-                obj = cls.__new__(cls)
-            except TypeError as e:
-                raise TypeError(
-                    f"cannot rebuild a {qualified_name(cls)} registered with register_dataclass: "
-                    f"{qualified_name(cls)}.__new__(cls) failed ({e}). Registered dataclasses are "
-                    "rebuilt without calling __init__, so __new__ must accept no arguments; "
-                    "register the class with register_pytree_node and an unflatten function "
-                    "that calls its constructor instead"
-                ) from e
-            attrs = getattr(obj, "__dict__", None)
-            if type(attrs) is dict:
-                # Writing the instance dict directly: no __setattr__ (frozen dataclasses), no
-                # per-field attribute lookup.
-                od: dict[str, Any] = attrs
-                fields = self.data_fields
-                for i in range(len(fields)):
-                    od[fields[i]] = children[i]
-                metas = self.meta_fields
-                for i in range(len(metas)):
-                    od[metas[i]] = aux[i]
-            else:
-                setter = object.__setattr__
-                for name, value in zip(self.data_fields, children):
-                    setter(obj, name, value)
-                for name, value in zip(self.meta_fields, aux):
-                    setter(obj, name, value)
-            setter = object.__setattr__
-            for name, default, factory in self.drop_defaults:
-                setter(obj, name, factory() if factory is not None else default)
-            return obj
+            return self.build_dataclass(aux, children, 0)
         if mode == MODE_STATIC:
             return aux
         if mode == MODE_DATACLASS_INIT:
@@ -234,6 +228,48 @@ class NodeInfo:
         unflatten = self.unflatten
         assert unflatten is not None
         return unflatten(aux, tuple(children))
+
+    def build_dataclass(self, aux: Any, src: list[Any], start: i64) -> Any:
+        """A MODE_DATACLASS node from its aux data (the meta fields) and its children, which are
+        ``src[start:start + len(data_fields)]`` (unflatten passes its leaves list: no slice)."""
+        cls: Any = self.nodetype
+        new = self.new
+        if new is None:
+            new = cls.__new__  # looked up once per class, not once per node
+            self.new = new
+        try:
+            obj = new(cls)
+        except TypeError as e:
+            raise TypeError(
+                f"cannot rebuild a {qualified_name(cls)} registered with register_dataclass: "
+                f"{qualified_name(cls)}.__new__(cls) failed ({e}). Registered dataclasses are "
+                "rebuilt without calling __init__, so __new__ must accept no arguments; "
+                "register the class with register_pytree_node and an unflatten function "
+                "that calls its constructor instead"
+            ) from e
+        fields = self.data_fields
+        metas = self.meta_fields
+        attrs = getattr(obj, "__dict__", None)
+        if type(attrs) is dict:
+            # Writing the instance dict directly: no __setattr__ (frozen dataclasses), no
+            # per-field attribute lookup.
+            od: dict[str, Any] = attrs
+            for i in range(len(fields)):
+                od[fields[i]] = src[start + i]
+            for i in range(len(metas)):
+                od[metas[i]] = aux[i]
+        else:
+            setter = object.__setattr__
+            for i in range(len(fields)):
+                setter(obj, fields[i], src[start + i])
+            for i in range(len(metas)):
+                setter(obj, metas[i], aux[i])
+        drops = self.drop_defaults
+        if drops:
+            setter = object.__setattr__
+            for name, default, factory in drops:
+                setter(obj, name, factory() if factory is not None else default)
+        return obj
 
 
 def _call_flatten(info: NodeInfo, fn: Callable[[Any], Any] | None, x: Any, what: str) -> tuple[Any, Any]:

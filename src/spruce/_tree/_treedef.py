@@ -492,6 +492,13 @@ def unflatten_table(codes: list[int], data: list[Any], nodes: list[int], leaves:
                 node: Any = None
             elif c & MASK == DICT:
                 node = build_dict(data[t], leaves, lo)
+            elif c & MASK == CUSTOM:
+                cd: CustomData = data[t]  # typed first: attribute reads on Any are generic lookups
+                info = cd.info
+                if info.mode == MODE_DATACLASS:
+                    node = info.build_dataclass(cd.aux, leaves, lo)
+                else:
+                    node = info.unflatten_node(cd.aux, leaves[lo : lo + k])
             else:
                 ch = leaves[lo : lo + k]
                 node = ch if c & MASK == LIST else build(c, data[t], ch)
