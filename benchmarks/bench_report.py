@@ -2,8 +2,10 @@
 
 Everything here is derived from a :class:`Results`; nothing is timed.  Ratio definitions are
 those of :mod:`bench_timing`: spruce/peer is the median over rounds of the per-round quotient,
-so below 1 means spruce is faster.  "Fastest peer" of a (tree, op) is the peer library with the
-lowest median time there; spruce-pure (the uncompiled build) is never a peer.
+so below 1 means spruce is faster.  "Fastest peer" of a (tree, op) is the peer library against
+which spruce's ratio is highest there (the hardest comparison; with a noisy machine the peer
+of lowest median time can give a lower ratio than another peer); spruce-pure (the uncompiled
+build) is never a peer.
 """
 
 from __future__ import annotations
@@ -51,8 +53,11 @@ class Results:
         s = self.series.get((tree, op))
         if s is None:
             return None
-        timed = [p for p in self.peers if p in s.times]
-        return min(timed, key=s.median) if timed else None
+        timed = [p for p in self.peers if p in s.times and SPRUCE in s.times]
+        if not timed:
+            timed = [p for p in self.peers if p in s.times]
+            return min(timed, key=s.median) if timed else None
+        return max(timed, key=lambda p: s.ratio(SPRUCE, p))
 
     def ratio(self, tree: str, op: str, peer: str | None, who: str = SPRUCE) -> float | None:
         """who/peer for one cell (peer None: the fastest peer); None when either is untimed."""
@@ -341,8 +346,8 @@ def markdown(res: Results, chart_name: str | None) -> str:
         f"{st['target'] * 1e3:g} ms; then {st['rounds']} rounds run, each taking one sample per library in an order "
         "rotated every round (timeit loop, garbage collector off during a sample).",
         "- A library's time is the median of its per-round times per call. A ratio spruce/peer is the median over "
-        "rounds of the per-round quotient, so drift of the shared machine cancels; the fastest peer is the peer with "
-        "the lowest median. Geometric means are over trees.",
+        "rounds of the per-round quotient, so drift of the shared machine cancels; the \"fastest peer\" of a cell is the "
+        "peer against which that ratio is highest (the hardest comparison). Geometric means are over trees.",
         "- Mapped functions are trivial (`lambda x: x`, `lambda x, y: x`), the fold counts leaves: library "
         "overhead is what is timed. `treedef_eq` compares two equal, distinct treedefs; `treedef_hash` hashes the "
         "same treedef repeatedly (spruce caches the hash after the first call, so its figure is a cache hit).",

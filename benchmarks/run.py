@@ -12,7 +12,7 @@ equivalent of the op, interleaved — several rounds, each taking one timed samp
 ``timeit`` loop) per library, in an order rotated every round.  A library's time is the median
 of its per-round times; the ratio spruce/peer is the median over rounds of the per-round
 quotient t_spruce / t_peer (samples seconds apart, so drift cancels).  Below 1 means spruce is
-faster.  "Fastest peer" is the peer with the lowest median time on that (tree, op); geometric
+faster.  "Fastest peer" is the peer against which that ratio is highest on that (tree, op); geometric
 means over trees summarise each op and op group, against the targets of
 :data:`bench_libs.TARGETS` (reported, never enforced).
 
