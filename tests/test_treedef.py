@@ -452,3 +452,16 @@ def test_self_referential_node_data_terminates() -> None:
     names = [ln.split()[0] for ln in lines[:-1]]
     assert "repr2" in names and "hash2" in names and "eq2" in names
     assert ("rejected" in names) or {"repr", "hash", "eq"} <= set(names)
+
+
+def test_unflatten_takes_a_spruce_or_jax_treedef_and_names_anything_else() -> None:
+    import jax
+
+    leaves, td = st.flatten({"b": 1, "a": [2, 3]})
+    assert st.unflatten(td, [10, 20, 30]) == {"b": 30, "a": [10, 20]}
+    jtd = jax.tree_util.tree_structure({"b": 1, "a": [2, 3]})
+    assert st.unflatten(jtd, [10, 20, 30]) == {"a": [10, 20], "b": 30}
+    with pytest.raises(TypeError, match="unflatten expects a PyTreeDef as its first argument, got None"):
+        st.unflatten(None, [1])
+    with pytest.raises(ValueError, match="too few leaves"):
+        st.unflatten(td, [1])

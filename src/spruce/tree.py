@@ -22,9 +22,6 @@ Semantics follow jax.tree_util, with these intentional differences (each has a t
 - no input depth can crash the interpreter, and cycles raise a ValueError naming the key path.
 """
 
-from typing import Any as _Any
-from typing import Iterable as _Iterable
-
 from ._partial import Partial as Partial
 from ._partial import static as static
 from ._tree._keys import DictKey as DictKey
@@ -63,20 +60,7 @@ from ._tree._treedef import PyTreeDef as PyTreeDef
 from ._tree._treedef import treedef_children as treedef_children
 from ._tree._treedef import treedef_is_leaf as treedef_is_leaf
 from ._tree._treedef import treedef_tuple as treedef_tuple
-
-
-def unflatten(treedef: PyTreeDef, leaves: _Iterable[_Any]) -> _Any:
-    """Build a pytree of structure ``treedef`` from ``leaves`` (any iterable), as
-    jax.tree_util.tree_unflatten; same as ``treedef.unflatten(leaves)``.
-
-    Raises:
-      ValueError: wrong number of leaves (both counts are named).
-
-    >>> leaves, treedef = flatten({'b': 1, 'a': 2})
-    >>> unflatten(treedef, [10, 20])
-    {'b': 20, 'a': 10}
-    """
-    return treedef.unflatten(leaves)
+from ._tree._treedef import unflatten as unflatten
 
 
 __all__ = [
