@@ -598,16 +598,16 @@ def specs(tree: Any, rules: Rules, *, mesh: Any = None) -> Any:
     array reshaped in place is seen).  Dict keys that are equal but print differently
     (``1``, ``True``, ``1.0``) give different names, so a tree with dict keys that are not
     str also has its key paths read on a cached call (``spruce.tree.leaves_with_path``,
-    roughly doubling its cost).  Otherwise a cached call walks the tree twice: one ``spruce.tree.flatten`` to read its
-    structure and leaves, and one unflatten to build the result, which is a new tree each
-    time (the caller may change it); between them it compares the structure with the cached
-    one and reads the checked shapes.  On 10,000 leaves that is 1.1-1.2x the instructions of
-    one flatten + unflatten of the tree (fewer than a ``jax.tree.map`` over it) and about
-    1.2-1.5x its time with the garbage collector on (``benchmarks/bench_sharded.py``;
-    docs/benchmarks.md has the milliseconds).  The first call, which
-    names every leaf and matches it against the rules, costs 10-20 times that.  The result
-    is built from the cached structure: its node data (dict keys, static fields) are equal
-    to the tree's, not necessarily the same objects.
+    roughly doubling its cost).  Otherwise a cached call walks the tree twice: one
+    ``spruce.tree.flatten`` to read its structure and leaves, and one unflatten to build the
+    result, which is a new tree each time (the caller may change it); between them it
+    compares the structure with the cached one and reads the checked shapes.  On 10,000
+    leaves that is 1.1-1.2x the instructions of one flatten + unflatten of the tree (fewer
+    than a ``jax.tree.map`` over it) and about 1.2-1.5x its time with the garbage collector
+    on (``benchmarks/bench_sharded.py``; docs/benchmarks.md has the milliseconds).  The first
+    call, which names every leaf and matches it against the rules, costs 10-20 times that.
+    The result is built from the cached structure: its node data (dict keys, static fields)
+    are equal to the tree's, not necessarily the same objects.
 
     Raises:
       ShardingError: as described on ``Rules`` and ``ShardingError``.
