@@ -249,9 +249,9 @@ def test_specs_cache_tells_equal_dict_keys_with_other_names_apart() -> None:
         assert sh.specs({"a": {-0.0: {"w": a}, 1: {"w": a}}}, deep) == {"a": {-0.0: {"w": P(None, "m")}, 1: {"w": P()}}}
 
 
-def test_cached_results_keep_node_data_equal_and_shard_keeps_the_trees_own() -> None:
-    """specs builds its result from the cached structure: node data equal to the tree's;
-    shard returns the tree's own node data (static fields are the caller's objects)."""
+def test_cached_results_are_built_from_the_callers_own_structure() -> None:
+    """A cached call's result has the tree's own dict key order, static values and key
+    objects, not those of the tree that filled the cache (they are equal, not the same)."""
     import dataclasses
 
     import spruce.tree as st
@@ -261,7 +261,7 @@ def test_cached_results_keep_node_data_equal_and_shard_keeps_the_trees_own() -> 
         act: str
 
     class Layer:
-        def __init__(self, w: Any, config: Config) -> None:
+        def __init__(self, w: Any, config: Any) -> None:
             self.w, self.config = w, config
 
     st.register_pytree_node(Layer, lambda n: ((n.w,), n.config), lambda config, ch: Layer(ch[0], config))
@@ -271,10 +271,56 @@ def test_cached_results_keep_node_data_equal_and_shard_keeps_the_trees_own() -> 
     assert first.config == second.config and first.config is not second.config
     sh.specs(first, rules, mesh=m)
     out = sh.specs(second, rules, mesh=m)
-    assert isinstance(out, Layer) and out.w == P() and out.config == second.config
+    assert isinstance(out, Layer) and out.w == P() and out.config is second.config
+    assert sh.specs(Layer(np.zeros(2), True), rules, mesh=m).config is True
+    assert sh.specs(Layer(np.zeros(2), 1), rules, mesh=m).config == 1  # cached
+    assert sh.specs(Layer(np.zeros(2), True), rules, mesh=m).config is True  # not the cached 1
     placed = sh.shard(second, m, rules)
     assert placed.config is second.config
     np.testing.assert_array_equal(np.asarray(placed.w), np.ones(2))
+    # insertion order: a cached {'a', 'b'} must not reorder {'b', 'a'} (zip with the tree stays right)
+    split = sh.Rules([("a", P("m")), ("**", None)])
+    m2 = sh.mesh({"m": 1})
+    sh.specs({"a": np.zeros(8), "b": np.zeros(3)}, split, mesh=m2)
+    tree = {"b": np.zeros(3), "a": np.zeros(8)}
+    out2 = sh.specs(tree, split, mesh=m2)
+    assert list(out2) == ["b", "a"] and out2 == {"b": P(), "a": P("m")}
+    assert list(sh.shardings(tree, m2, split)) == ["b", "a"]
+
+
+def test_a_structure_with_an_unhashable_static_field_is_resolved_on_every_call() -> None:
+    import dataclasses
+
+    import spruce.tree as st
+
+    @dataclasses.dataclass
+    class L:
+        w: Any
+        cfg: Any = dataclasses.field(metadata={"static": True})
+
+    st.register_dataclass(L)
+    rules = sh.Rules([("w", P("m")), ("**", None)])
+    m = sh.mesh({"m": 1})
+    for cfg in ([1, 2], [1, 2], "ok", [3], "ok"):
+        out = sh.specs(L(np.zeros(4), cfg), rules, mesh=m)
+        assert out.w == P("m") and out.cfg == cfg
+        assert sh.shardings(L(np.zeros(4), cfg), m, rules).w.spec == P("m")
+
+
+def test_an_array_like_with_a_list_shape_is_checked_again_after_the_list_changes() -> None:
+    class Arr:
+        dtype = np.dtype("float32")
+
+        def __init__(self, shape: list[int]) -> None:
+            self.shape = shape
+
+    rules = sh.Rules([("x", P("m")), ("**", None)])
+    m = sh.mesh({"m": 1})
+    a = Arr([8])
+    assert sh.specs({"x": a}, rules, mesh=m) == {"x": P("m")}
+    a.shape.clear()  # rank 0 now, the same list: a spec with one entry no longer fits it
+    with pytest.raises(sh.ShardingError, match="key path 'x'"):
+        sh.specs({"x": a}, rules, mesh=m)
 
 
 # -- sharded checkpoints on one device -----------------------------------------------------------------

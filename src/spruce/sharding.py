@@ -459,7 +459,10 @@ def _checks(leaves: list[Any], needs: list[int]) -> tuple[_Check, ...]:
         idx = groups[need]
         if idx:
             pick = _picker(idx)
-            out.append(_Check(pick, get, tuple(map(get, pick(leaves)))))
+            # a copy of what is read, never the leaf's own mutable object (an array-like whose
+            # shape is a list: such a leaf never matches the tuple kept, and is resolved again)
+            expected = tuple(tuple(v) if type(v) is list else v for v in map(get, pick(leaves)))
+            out.append(_Check(pick, get, expected))
     return tuple(out)
 
 
@@ -473,7 +476,14 @@ def _stable_name(entry: Any) -> bool:
 
 
 def _hit(hit: _Resolved | None, leaves: list[Any], treedef: Any, tree: Any) -> bool:
-    if hit is None or hit.treedef != treedef or list(map(type, leaves)) != hit.types:
+    if hit is None:
+        return False
+    try:
+        if hit.treedef != treedef:
+            return False
+    except TypeError:  # node data that cannot be compared (an unhashable static field)
+        return False
+    if list(map(type, leaves)) != hit.types:
         return False
     try:
         for c in hit.checks:
@@ -569,6 +579,10 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
     types = list(map(type, leaves))
     out = _Resolved(treedef, names, specs_out, rule_of, frozenset(used), types, _checks(leaves, needs), _name_probes(named))
     if key is not None:
+        try:
+            hash(treedef)  # (a miss costs far more) structures that cannot be compared are not kept
+        except TypeError:
+            return out
         with _cache_lock:
             ways = _cache.setdefault(key, [])
             _cache.move_to_end(key)
@@ -606,15 +620,16 @@ def specs(tree: Any, rules: Rules, *, mesh: Any = None) -> Any:
     than a ``jax.tree.map`` over it) and about 1.2-1.5x its time with the garbage collector
     on (``benchmarks/bench_sharded.py``; docs/benchmarks.md has the milliseconds).  The first
     call, which names every leaf and matches it against the rules, costs 10-20 times that.
-    The result is built from the cached structure: its node data (dict keys, static fields)
-    are equal to the tree's, not necessarily the same objects.
+    The result is built from the tree's own structure (its dict key order, its static values
+    and key objects), cached or not.  A tree whose structure cannot be compared (an unhashable
+    static field) is resolved again on every call.
 
     Raises:
       ShardingError: as described on ``Rules`` and ``ShardingError``.
     """
     leaves, treedef = _tree.flatten(tree)
     res = _resolve_tree(leaves, treedef, tree, rules, mesh)
-    return res.treedef.unflatten(list(res.specs))
+    return treedef.unflatten(list(res.specs))
 
 
 def shardings(tree: Any, mesh: Any, rules: Rules) -> Any:
@@ -630,7 +645,7 @@ def shardings(tree: Any, mesh: Any, rules: Rules) -> Any:
 
     leaves, treedef = _tree.flatten(tree)
     res = _resolve_tree(leaves, treedef, tree, rules, mesh)
-    return res.treedef.unflatten([None if s is None else NamedSharding(mesh, s) for s in res.specs])
+    return treedef.unflatten([None if s is None else NamedSharding(mesh, s) for s in res.specs])
 
 
 def shard(tree: Any, mesh: Any, rules: Rules) -> Any:
@@ -654,7 +669,6 @@ def shard(tree: Any, mesh: Any, rules: Rules) -> Any:
     leaves, treedef = _tree.flatten(tree)
     res = _resolve_tree(leaves, treedef, tree, rules, mesh)
     placements = [None if spec is None else NamedSharding(mesh, spec) for spec in res.specs]
-    # (the tree's own structure, not the cached one: the result carries the tree's own static data)
     return treedef.unflatten(place(leaves, placements, "shard", lambda i: f"key path {res.names[i]!r}"))
 
 
