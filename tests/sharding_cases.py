@@ -421,11 +421,14 @@ def test_filter_shard_of_shape_dtype_structs_checks_the_split(mesh24: Any) -> No
     both = NamedSharding(mesh24, P(("data", "model")))
     with pytest.raises(ValueError, match=r"^filter_shard: the leaf at key path \['b'\]\[0\] .*; dimension 0 of shape \(4,\) has length 4, which mesh axis 'data' of size 2 x 'model' of size 4 does not divide"):
         filter_shard({"b": [jax.ShapeDtypeStruct((4,), np.float32)]}, both)
-    with pytest.raises(ValueError, match=r"^filter_shard: the leaf at the root leaf \(shape \(8,\), float32\) does not fit its sharding .*rank at least 2"):
+    with pytest.raises(ValueError, match=r"^filter_shard: the leaf at the root \(shape \(8,\), float32\) does not fit its sharding .*rank at least 2"):
         filter_shard(jax.ShapeDtypeStruct((8,), np.float32), NamedSharding(mesh24, P(None, "model")))
     out = filter_shard(abstract, {"w": NamedSharding(mesh24, P(None, "model")), "b": S})
     assert out["w"].sharding == NamedSharding(mesh24, P(None, "model")) and out["w"].shape == (6, 4)
     assert out["b"][0].sharding == S and out["b"][0].dtype == np.float32
+    weak = jax.ShapeDtypeStruct((8,), jnp.float32, weak_type=True)
+    placed = filter_shard({"x": weak}, S)["x"]
+    assert placed.weak_type and placed.sharding == S  # as a weak-typed array keeps it
 
 
 def test_fsdp_keeps_about_one_copy(mesh24: Any) -> None:

@@ -535,3 +535,15 @@ def test_class_defined_before_jax_import_is_registered_with_jax() -> None:
         "3.0",
         "[5]",
     ]
+
+
+def test_a_module_field_deleted_from_the_instance_is_named_when_flattening() -> None:
+    class M(spruce.Module):
+        a: Any
+        b: Any
+
+    m = M(1, 2)
+    object.__delattr__(m, "b")
+    for walk in (st.flatten, st.flatten_with_path, lambda t: st.map(lambda x: x, t)):
+        with pytest.raises(AttributeError, match=r"M\.b is not set: the field was deleted from the instance"):
+            walk({"layers": [0, m]})

@@ -120,3 +120,60 @@ def test_dataclass_nodes_are_rebuilt_from_any_position_among_the_leaves() -> Non
     assert rebuilt == [10, Scaled(11, "s"), {"a": Dropping(12, 13, "gelu", cache=None), "z": Scaled(14, "t")}, 15]
     assert rebuilt[2]["a"].cache is None  # a drop field is reset to its default
     assert st.map(lambda x: x + 1, tree)[2]["a"] == Dropping(3, 4, "gelu")
+
+
+def test_dataclass_rebuild_uses_the_class_new_of_the_moment() -> None:
+    @dataclasses.dataclass
+    class N:
+        w: Any
+
+    st.register_dataclass(N)
+    leaves, td = st.flatten(N(1))
+    assert st.unflatten(td, [2]) == N(2)
+    made = []
+
+    def new(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        obj = object.__new__(cls)
+        made.append(obj)
+        return obj
+
+    N.__new__ = new  # type: ignore[assignment,method-assign]
+    rebuilt = st.unflatten(td, [3])
+    assert made == [rebuilt] and rebuilt == N(3)
+
+
+def test_dataclass_fields_that_are_data_descriptors_are_set_through_them() -> None:
+    @dataclasses.dataclass(slots=True)
+    class Base:
+        a: Any
+        b: Any
+
+    class Sub(Base):  # has an instance __dict__, but a and b live in Base's slots
+        pass
+
+    st.register_dataclass(Sub, data_fields=["a", "b"], meta_fields=[])
+    leaves, td = st.flatten(Sub(1.0, 2.0))
+    assert leaves == [1.0, 2.0]
+    y = st.unflatten(td, [10.0, 20.0])
+    assert (y.a, y.b) == (10.0, 20.0) and "a" not in getattr(y, "__dict__", {})
+
+    class Scaled:
+        """A descriptor-typed field: stores twice what it is given."""
+
+        def __set_name__(self, owner: Any, name: str) -> None:
+            self.name = "_" + name
+
+        def __get__(self, obj: Any, owner: Any = None) -> Any:
+            return 1.0 if obj is None else getattr(obj, self.name)
+
+        def __set__(self, obj: Any, value: Any) -> None:
+            object.__setattr__(obj, self.name, value * 2)
+
+    @dataclasses.dataclass
+    class D:
+        x: Any = Scaled()  # type: ignore[assignment]
+
+    st.register_dataclass(D)
+    d = D(5.0)
+    assert d.x == 10.0 and st.leaves(d) == [10.0]
+    assert st.map(lambda v: v + 1, d).x == 22.0  # set through the descriptor, as D(11.0) is

@@ -122,7 +122,7 @@ def filter_shard(x: Any, device_or_shardings: Any) -> Any:
 
     def where(i: int) -> str:
         path = _tree.leaves_with_path(x)[i][0]
-        return f"key path {_tree.keystr(path)}" if path else "the root leaf"
+        return f"key path {_tree.keystr(path)}" if path else "the root"
 
     return treedef.unflatten(place(leaves, placements, "filter_shard", where))
 
@@ -147,7 +147,7 @@ def place(leaves: list[Any], placements: list[Any], what: str, where: Callable[[
             continue
         try:
             if abstract:
-                placed = _abstract(leaf.shape, leaf.dtype, sharding=s)  # (checks the rank)
+                placed = _abstract(leaf.shape, leaf.dtype, sharding=s, weak_type=leaf.weak_type)  # (checks the rank)
                 s.shard_shape(tuple(leaf.shape))  # the split, as device_put checks it
                 out.append(placed)
             elif isinstance(leaf, jax.core.Tracer):

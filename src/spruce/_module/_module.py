@@ -123,7 +123,14 @@ def _make_node_functions(cls: type, info: _Fields) -> tuple[Callable[[Any], Any]
 
     def flatten(x: Any) -> tuple[Any, _ModuleAux]:
         d = x.__dict__
-        return get_dynamic(d), _ModuleAux((dynamic, static, get_static(d)))
+        try:
+            return get_dynamic(d), _ModuleAux((dynamic, static, get_static(d)))
+        except KeyError as e:
+            raise AttributeError(
+                f"{cls.__qualname__}.{e.args[0]} is not set: the field was deleted from the "
+                f"instance, so it cannot be flattened (a {cls.__qualname__} has the fields "
+                f"{', '.join(dynamic + static)})"
+            ) from None
 
     def unflatten(aux: _ModuleAux, children: Any) -> Any:
         # Never runs __init__, converters or __check_init__: transforms rebuild modules with

@@ -47,7 +47,7 @@ class NodeInfo:
     recent: list[CustomData]  # node data made last (see ``custom_data``)
     next_recent: int  # the entry of ``recent`` to replace next
     plain_aux: type | None  # a tuple subclass whose instances are only their items
-    new: Callable[[Any], Any] | None  # MODE_DATACLASS: the class's __new__, looked up once
+    plain_fields: bool  # dataclass modes: no field name is a data descriptor of the class
 
     def __init__(
         self,
@@ -75,7 +75,9 @@ class NodeInfo:
         self.recent = []
         self.next_recent = 0
         self.plain_aux = None
-        self.new = None
+        self.plain_fields = mode in (MODE_DATACLASS, MODE_DATACLASS_INIT) and no_data_descriptors(
+            nodetype, data_fields + meta_fields
+        )
 
     def custom_data(self, aux: Any) -> CustomData:
         """The node data of a node of this type whose flatten returned ``aux``.
@@ -233,12 +235,8 @@ class NodeInfo:
         """A MODE_DATACLASS node from its aux data (the meta fields) and its children, which are
         ``src[start:start + len(data_fields)]`` (unflatten passes its leaves list: no slice)."""
         cls: Any = self.nodetype
-        new = self.new
-        if new is None:
-            new = cls.__new__  # looked up once per class, not once per node
-            self.new = new
         try:
-            obj = new(cls)
+            obj = cls.__new__(cls)  # (looked up each time: a class may be given a new __new__)
         except TypeError as e:
             raise TypeError(
                 f"cannot rebuild a {qualified_name(cls)} registered with register_dataclass: "
@@ -249,10 +247,12 @@ class NodeInfo:
             ) from e
         fields = self.data_fields
         metas = self.meta_fields
-        attrs = getattr(obj, "__dict__", None)
+        attrs = getattr(obj, "__dict__", None) if self.plain_fields else None
         if type(attrs) is dict:
             # Writing the instance dict directly: no __setattr__ (frozen dataclasses), no
-            # per-field attribute lookup.
+            # per-field attribute lookup.  Only when no field is a data descriptor (a property,
+            # a slot of a base class, a descriptor-typed field), which object.__setattr__
+            # below honours and the instance dict would hide.
             od: dict[str, Any] = attrs
             for i in range(len(fields)):
                 od[fields[i]] = src[start + i]
@@ -462,3 +462,22 @@ def sorted_keys(d: Any) -> list[Any]:
         return sorted(d, key=_by_type_then_key)
     except TypeError:
         return sorted(d, key=_by_type_then_repr)
+
+
+def no_data_descriptors(cls: type, names: tuple[str, ...]) -> bool:
+    """True when no class in ``cls``'s MRO defines one of ``names`` as a data descriptor (an
+    object whose type has ``__set__`` or ``__delete__``: a property, a ``__slots__`` member,
+    a descriptor-typed dataclass field), so that storing a field in the instance ``__dict__``
+    is what ``object.__setattr__`` would do."""
+    for name in names:
+        for klass in cls.__mro__:
+            attr = klass.__dict__.get(name, _MISSING)
+            if attr is not _MISSING:
+                t = type(attr)
+                if hasattr(t, "__set__") or hasattr(t, "__delete__"):
+                    return False
+                break
+    return True
+
+
+_MISSING: Final = object()
