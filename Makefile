@@ -66,6 +66,13 @@ SOURCES := $(shell find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-inf
 #   DIR/.compiled     that wheel installed (seconds)
 #   test-NAME-compiled, test-NAME-pure   the suite on the installed compiled build, and on the
 #                     uncompiled source with the doctests of src/spruce
+# The compiled wheel installed again when the venv holds the uncompiled build: a pure install
+# (.deps, .demo-deps) made in the same make run as .compiled was judged up to date replaces it
+# without make noticing (seen: `make demo` then `make test -j2` ran the compiled suite on the
+# uncompiled build).  Run just before the build is used, when no install can run alongside.
+ensure_compiled = $(1)/bin/python -c "import spruce, sys; sys.exit(not spruce.__compiled__)" 2>/dev/null || \
+	$(1)/bin/python -m pip --disable-pip-version-check -q install --no-deps --force-reinstall $(1)/wheels/spruce-*.whl
+
 define environment
 $(1)/.created:
 	$(2) -m venv $(1)
@@ -95,6 +102,7 @@ $(1)/.compiled: $(1)/.wheel
 
 .PHONY: test-$(4)-compiled test-$(4)-pure
 test-$(4)-compiled: $(1)/.deps $(1)/.compiled browser
+	$$(call ensure_compiled,$(1))
 	SPRUCE_EXPECT_COMPILED=1 $(1)/bin/python -m pytest -q tests
 
 test-$(4)-pure: $(1)/.deps browser
@@ -117,9 +125,11 @@ $(VENV)/.demo-deps: $(VENV)/.build-deps
 build-compiled: $(VENV)/.compiled
 
 demo: $(VENV)/.demo-deps build-compiled
+	$(call ensure_compiled,$(VENV))
 	$(VENV)/bin/spruce demo
 
 examples: $(VENV)/.demo-deps build-compiled
+	$(call ensure_compiled,$(VENV))
 	for f in examples/seed_pytrees.py examples/nn_dict_params.py examples/nn_namedtuple_params.py \
 	         examples/seed_equinox.py examples/transformer_block_params.py examples/train.py \
 	         examples/sharded_training.py examples/mixed_jax_world.py; do \
@@ -159,10 +169,12 @@ test:
 test-all: typecheck test-compiled test-pure test-matrix
 
 bench: $(VENV)/.deps build-compiled
+	$(call ensure_compiled,$(VENV))
 	$(PY) -m pip --disable-pip-version-check -q install -r benchmarks/requirements.txt
 	$(PY) benchmarks/run.py
 
 bench-quick: $(VENV)/.deps build-compiled
+	$(call ensure_compiled,$(VENV))
 	$(PY) benchmarks/run.py --quick
 
 clean:
