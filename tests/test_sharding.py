@@ -322,6 +322,20 @@ def test_an_array_like_with_a_list_shape_is_checked_again_after_the_list_changes
     with pytest.raises(sh.ShardingError, match="key path 'x'"):
         sh.specs({"x": a}, rules, mesh=m)
 
+    class Shape(list):  # a list subclass
+        pass
+
+    b = Arr(Shape([8]))
+    assert sh.specs({"x": b}, rules, mesh=m) == {"x": P("m")}
+    b.shape.clear()
+    with pytest.raises(sh.ShardingError, match="key path 'x'"):
+        sh.specs({"x": b}, rules, mesh=m)
+    # an array as a shape: kept as a tuple of ints, and a later tree of the same structure with
+    # a tuple shape is still served (comparing an array with a tuple must not raise)
+    assert sh.specs({"x": Arr(np.array([8]))}, rules, mesh=m) == {"x": P("m")}  # type: ignore[arg-type]
+    assert sh.specs({"x": Arr((8,))}, rules, mesh=m) == {"x": P("m")}  # type: ignore[arg-type]
+    assert sh.specs({"x": Arr(np.array([8]))}, rules, mesh=m) == {"x": P("m")}  # type: ignore[arg-type]
+
 
 # -- sharded checkpoints on one device -----------------------------------------------------------------
 

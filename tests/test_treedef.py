@@ -463,5 +463,11 @@ def test_unflatten_takes_a_spruce_or_jax_treedef_and_names_anything_else() -> No
     assert st.unflatten(jtd, [10, 20, 30]) == {"a": [10, 20], "b": 30}
     with pytest.raises(TypeError, match="unflatten expects a PyTreeDef as its first argument, got None"):
         st.unflatten(None, [1])
+
+    class NotCallable:
+        unflatten = 5
+
+    with pytest.raises(TypeError, match="unflatten expects a PyTreeDef as its first argument"):
+        st.unflatten(NotCallable(), [1])
     with pytest.raises(ValueError, match="too few leaves"):
         st.unflatten(td, [1])

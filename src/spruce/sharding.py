@@ -442,6 +442,14 @@ def _picker(idx: list[int]) -> Callable[[list[Any]], tuple[Any, ...]]:
     return pick
 
 
+def _kept(value: Any) -> Any:
+    """What a cache entry keeps of a shape, rank or array test: the value itself when it is an
+    immutable tuple, int or bool, else its shape as a tuple of ints."""
+    if type(value) in (tuple, int, bool):
+        return value
+    return tuple(int(d) for d in value)
+
+
 def _checks(leaves: list[Any], needs: list[int]) -> tuple[_Check, ...]:
     """The checks for a cache hit: ``needs[i]`` is 0 (nothing), 1 (the rank), 2 (the shape)
     or 3 (whether it is an array at all) for leaf ``i``."""
@@ -459,9 +467,10 @@ def _checks(leaves: list[Any], needs: list[int]) -> tuple[_Check, ...]:
         idx = groups[need]
         if idx:
             pick = _picker(idx)
-            # a copy of what is read, never the leaf's own mutable object (an array-like whose
-            # shape is a list: such a leaf never matches the tuple kept, and is resolved again)
-            expected = tuple(tuple(v) if type(v) is list else v for v in map(get, pick(leaves)))
+            # a copy of what is read, never the leaf's own object: a shape that is not a tuple
+            # (a list, an array) is kept as a tuple of ints, which it never equals on a later
+            # call, so such a leaf is resolved again every time
+            expected = tuple(_kept(v) for v in map(get, pick(leaves)))
             out.append(_Check(pick, get, expected))
     return tuple(out)
 
@@ -489,7 +498,7 @@ def _hit(hit: _Resolved | None, leaves: list[Any], treedef: Any, tree: Any) -> b
         for c in hit.checks:
             if tuple(map(c.get, c.pick(leaves))) != c.expected:
                 return False
-    except AttributeError:  # an array leaf lost its shape
+    except Exception:  # an array leaf lost its shape; a shape that does not compare (an array)
         return False
     if hit.name_probes:
         paths = _tree.leaves_with_path(tree)  # (the engine's walk; names cost far more)
@@ -605,24 +614,27 @@ def specs(tree: Any, rules: Rules, *, mesh: Any = None) -> Any:
     divisibility (``on_indivisible``), and ``Rules.fsdp`` can choose its dimensions (it needs
     the mesh).
 
-    Results are cached per (structure, rules, mesh) in a bounded cache of 64 entries, and
-    reused while the leaves' types, and what of their shapes the specs depend on, are those
-    of the cached call: the shape of an array that a mesh axis of size > 1 splits (or that
-    ``Rules.fsdp`` places), the rank of an array whose spec has entries, nothing else (an
-    array reshaped in place is seen).  Dict keys that are equal but print differently
-    (``1``, ``True``, ``1.0``) give different names, so a tree with dict keys that are not
-    str also has its key paths read on a cached call (``spruce.tree.leaves_with_path``,
-    roughly doubling its cost).  Otherwise a cached call walks the tree twice: one
+    Results are cached per (structure, rules, mesh) in a bounded cache of 64 entries, and reused
+    while the leaves' types, and what of their shapes the specs depend on, are those of the
+    cached call: the shape of an array that a mesh axis of size > 1 splits (or that
+    ``Rules.fsdp`` places), the rank of an array whose spec has entries, nothing else (an array
+    reshaped in place is seen).  Dict keys that are equal but print differently (``1``,
+    ``True``, ``1.0``) give different names, so a tree with dict keys that are not str also has
+    its key paths read on a cached call (``spruce.tree.leaves_with_path``, roughly doubling its
+    cost).  Other key-path names (attribute names, positions) are taken to follow from the
+    structure: a node registered with ``register_pytree_with_keys`` whose keys come from
+    instance data that is not in its aux data gets the names of the cached call (put what the
+    keys depend on in the aux data).  Otherwise a cached call walks the tree twice: one
     ``spruce.tree.flatten`` to read its structure and leaves, and one unflatten to build the
-    result, which is a new tree each time (the caller may change it); between them it
-    compares the structure with the cached one and reads the checked shapes.  On 10,000
-    leaves that is 1.1-1.2x the instructions of one flatten + unflatten of the tree (fewer
-    than a ``jax.tree.map`` over it) and about 1.2-1.5x its time with the garbage collector
-    on (``benchmarks/bench_sharded.py``; docs/benchmarks.md has the milliseconds).  The first
-    call, which names every leaf and matches it against the rules, costs 10-20 times that.
-    The result is built from the tree's own structure (its dict key order, its static values
-    and key objects), cached or not.  A tree whose structure cannot be compared (an unhashable
-    static field) is resolved again on every call.
+    result, which is a new tree each time (the caller may change it); between them it compares
+    the structure with the cached one and reads the checked shapes.  On 10,000 leaves that is
+    1.1-1.2x the instructions of one flatten + unflatten of the tree (fewer than a
+    ``jax.tree.map`` over it) and about 1.2-1.5x its time with the garbage collector on
+    (``benchmarks/bench_sharded.py``; docs/benchmarks.md has the milliseconds).  The first call,
+    which names every leaf and matches it against the rules, costs 10-20 times that. The result
+    is built from the tree's own structure (its dict key order, its static values and key
+    objects), cached or not.  A tree whose structure cannot be compared (an unhashable static
+    field) is resolved again on every call.
 
     Raises:
       ShardingError: as described on ``Rules`` and ``ShardingError``.

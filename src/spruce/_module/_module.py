@@ -127,8 +127,8 @@ def _make_node_functions(cls: type, info: _Fields) -> tuple[Callable[[Any], Any]
             return get_dynamic(d), _ModuleAux((dynamic, static, get_static(d)))
         except KeyError as e:
             raise AttributeError(
-                f"{cls.__qualname__}.{e.args[0]} is not set: the field was deleted from the "
-                f"instance, so it cannot be flattened (a {cls.__qualname__} has the fields "
+                f"{cls.__qualname__}.{e.args[0]} is not set (deleted from the instance, or not "
+                f"assigned yet in __init__), so it cannot be flattened (a {cls.__qualname__} has the fields "
                 f"{', '.join(dynamic + static)})"
             ) from None
 

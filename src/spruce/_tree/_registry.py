@@ -302,6 +302,10 @@ def register_dataclass(
     ``__post_init__`` (the object is created with ``__new__`` and its fields set directly, so
     frozen dataclasses and validating ``__post_init__`` work with placeholder leaves);
     ``drop_fields`` are reset to their declared default (or default_factory) on unflatten.
+    Fields are written to the instance ``__dict__`` unless the class defines one of them as a
+    data descriptor (a property, a slot, a descriptor-typed field), in which case it is set
+    through ``object.__setattr__``; which fields are descriptors is read at registration, so
+    after adding a descriptor to the class, ``unregister`` it and register it again.
 
     Returns ``nodetype``.
 

@@ -831,7 +831,7 @@ def unflatten(treedef: Any, leaves: Iterable[Any]) -> Any:
         td: PyTreeDef = treedef
         return td.unflatten(leaves)
     method = getattr(treedef, "unflatten", None)
-    if method is None:
+    if not callable(method):
         raise TypeError(f"unflatten expects a PyTreeDef as its first argument, got {short_repr(treedef)}")
     return method(leaves)
 
