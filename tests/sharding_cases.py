@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from collections import namedtuple
 from typing import Any
 
@@ -365,7 +366,9 @@ def test_specs_cache_sees_a_split_that_stops_dividing(mesh24: Any) -> None:
     rules = sh.Rules([("w", P("model")), ("**", None)], on_indivisible="replicate")
     a = np.zeros((8, 2))
     assert sh.specs({"w": a, "b": a}, rules, mesh=mesh24) == {"w": P("model"), "b": P()}
-    a.shape = (2, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # NumPy 2.5 deprecates setting .shape
+        a.shape = (2, 8)
     assert sh.specs({"w": a, "b": a}, rules, mesh=mesh24) == {"w": P(None), "b": P()}
     strict = sh.Rules([("w", P("model")), ("**", None)])
     assert sh.specs({"w": np.zeros((4, 2))}, strict, mesh=mesh24) == {"w": P("model")}

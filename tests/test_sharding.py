@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import warnings
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -187,7 +188,9 @@ def test_specs_cache_checks_what_specs_depend_on() -> None:
     fsdp = sh.Rules.fsdp("m", min_size=4)
     a = np.zeros((2, 8))
     assert sh.specs({"w": a}, fsdp, mesh=m) == {"w": P(None, "m")}
-    a.shape = (8, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # NumPy 2.5 deprecates setting .shape
+        a.shape = (8, 2)
     assert sh.specs({"w": a}, fsdp, mesh=m) == {"w": P("m")}
 
     class Loose:
