@@ -144,6 +144,21 @@ def test_names_custom_separator() -> None:
             sio.flatten_names({}, sep=bad)  # type: ignore[arg-type]
 
 
+def test_names_equal_each_key_path_named_alone() -> None:
+    # neighbouring leaves share prefixes of every length (names continue the previous leaf's)
+    P = namedtuple("P", "x y")
+    tree = {
+        "a": [{"b": {"c": 1, "d": [2, (3, 4)]}, "e": 5}, P(6, {"f.g": [7, None, 8]})],
+        "h": {"i": {"j": {"k": 9}}, "l": 10},
+        "m": 11,
+        2: [[12], [], [[13]]],
+    }
+    for sep in [".", "::"]:
+        expected = {sio.path_name(path, sep): leaf for path, leaf in st.leaves_with_path(tree)}
+        assert list(sio.flatten_names(tree, sep=sep).items()) == list(expected.items())
+    assert sio.flatten_names(5) == {"": 5}
+
+
 def test_names_collision_names_both_key_paths() -> None:
     with pytest.raises(ValueError, match=r"\[1\] and \['1'\].*'1'"):
         sio.flatten_names({1: "int key", "1": "str key"})

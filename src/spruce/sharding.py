@@ -516,11 +516,20 @@ def _name_probes(named: list[tuple[str, tuple[Any, ...], Any]]) -> tuple[tuple[i
     out = []
     prev: tuple[Any, ...] = ()
     for i, (_, path, _) in enumerate(named):
-        for j, entry in enumerate(path):
-            if not _stable_name(entry) and prev[: j + 1] != path[: j + 1]:
-                out.append((i, j, component(entry, esc)))
+        # the entries this leaf shares with the previous one (one object per node) were probed
+        k = 0
+        n = min(len(path), len(prev))
+        while k < n and path[k] is prev[k]:
+            k += 1
+        for j in range(k, len(path)):
+            if not _stable_name(path[j]):
+                out.append((i, j, component(path[j], esc)))
         prev = path
     return tuple(out)
+
+
+def _shown(name: str) -> str:
+    return f"key path {name!r}" if name else "the root leaf"
 
 
 def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh_obj: Any) -> _Resolved:
@@ -551,6 +560,9 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
     rule_of: list[int] = []
     needs: list[int] = []
     used: set[int] = set()
+    # (rule index, shape) -> (the spec resolved, what a cache hit checks: 1 the rank, 2 the
+    # shape, -1 whether it is still an array); most leaves share both with another leaf
+    resolved: dict[tuple[int, tuple[int, ...]], tuple[Any, int]] = {}
     for name, x in zip(names, leaves):
         if not _is_array(x):
             specs_out.append(None)
@@ -559,13 +571,12 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
             continue
         # an array whose type has no shape and dtype of its own may stop being one
         arrayness = 0 if hasattr(type(x), "shape") and hasattr(type(x), "dtype") else 3
-        shown = f"key path {name!r}" if name else "the root leaf"
-        shape = tuple(int(d) for d in x.shape)
+        shape = tuple(map(int, x.shape))
         matched = rules.match(name)
         if matched is None:
             if rules.strict:
                 raise ShardingError(
-                    f"{shown} (shape {shape}): no rule matches it (strict rules); add a rule, "
+                    f"{_shown(name)} (shape {shape}): no rule matches it (strict rules); add a rule, "
                     "for example ('**', None) last to replicate everything else, or pass "
                     "strict=False"
                 )
@@ -575,15 +586,20 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
             continue
         i, spec = matched
         used.add(i)
-        if isinstance(spec, _Fsdp):
-            specs_out.append(_resolve(shown, shape, _fsdp_spec(spec, shape, mesh_shape, shown), rules, mesh_shape))
-            needs.append(2)  # the dimension chosen, and whether the array is large enough
-        else:
-            specs_out.append(_resolve(shown, shape, spec, rules, mesh_shape))
-            if mesh_shape is not None and any(_split(entry, mesh_shape) > 1 for entry in spec):
-                needs.append(2)  # divisibility by the mesh axes' sizes
+        done = resolved.get((i, shape))
+        if done is None:
+            if isinstance(spec, _Fsdp):
+                # the dimension chosen, and whether the array is large enough
+                done = (_resolve(_shown(name), shape, _fsdp_spec(spec, shape, mesh_shape, _shown(name)), rules, mesh_shape), 2)
             else:
-                needs.append(1 if len(spec) else arrayness)  # the rank check
+                out_spec = _resolve(_shown(name), shape, spec, rules, mesh_shape)
+                if mesh_shape is not None and any(_split(entry, mesh_shape) > 1 for entry in spec):
+                    done = (out_spec, 2)  # divisibility by the mesh axes' sizes
+                else:
+                    done = (out_spec, 1 if len(spec) else -1)  # the rank check
+            resolved[i, shape] = done
+        specs_out.append(done[0])
+        needs.append(arrayness if done[1] < 0 else done[1])
         rule_of.append(i)
     types = list(map(type, leaves))
     out = _Resolved(treedef, names, specs_out, rule_of, frozenset(used), types, _checks(leaves, needs), _name_probes(named))

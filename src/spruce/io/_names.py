@@ -50,7 +50,7 @@ class _Escaper:
         self.pattern = re.compile("|".join(re.escape(c) for c in codes))
 
     def escape(self, text: str) -> str:
-        if "%" not in text and not any(c in text for c in self.sep):
+        if "%" not in text and (self.sep not in text if len(self.sep) == 1 else not any(c in text for c in self.sep)):
             return text
         return "".join(self.table.get(c, c) for c in text)
 
@@ -145,8 +145,22 @@ def named_leaves(tree: Any, sep: str = ".") -> list[tuple[str, tuple[Any, ...], 
     esc = escaper(sep)
     out: list[tuple[str, tuple[Any, ...], Any]] = []
     where: dict[str, Any] = {}
+    # Neighbouring leaves share the entries of their common ancestors (the engine hands out one
+    # entry object per node), so each leaf's name continues the name of the longest prefix it
+    # shares with the previous leaf: prefixes[j] is the name of prev[:j + 1].
+    prev: tuple[Any, ...] = ()
+    prefixes: list[str] = []
     for path, leaf in _tree.leaves_with_path(tree):
-        name = sep.join([component(e, esc) for e in path])
+        k = 0
+        n = min(len(path), len(prev))
+        while k < n and path[k] is prev[k]:
+            k += 1
+        del prefixes[k:]
+        for j in range(k, len(path)):
+            part = component(path[j], esc)
+            prefixes.append(prefixes[j - 1] + sep + part if j else part)
+        name = prefixes[-1] if path else ""
+        prev = path
         if name in where:
             raise ValueError(
                 f"flatten_names: the leaves at key paths {path_text(where[name])} and "
