@@ -9,7 +9,9 @@ overflow then fails the test instead of killing pytest.
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from typing import Any
 
 import pytest
@@ -201,6 +203,48 @@ def test_deep_is_leaf_and_paths_in_process_moderate_depth() -> None:
     ((path, leaf),) = st.leaves_with_path(x)
     assert leaf == "bottom" and len(path) == 10_000
     assert st.keystr(path[:4]) == "['k'][0]['k'][0]"
+
+
+def test_deep_walks_keep_nothing_of_the_tree_after_they_end() -> None:
+    # the frames a deep walk leaves for the next one hold no reference to the tree it walked
+    class Leaf:
+        pass
+
+    def deep(leaf: Any) -> Any:
+        x: Any = [leaf, {"a": 1}]
+        for _ in range(5000):
+            x = [x, (2,)]
+        return x
+
+    for walk in [
+        st.leaves,
+        st.flatten,
+        st.structure,
+        st.leaves_with_path,
+        st.flatten_with_path,
+        lambda t: st.map(lambda v: v, t),
+        lambda t: st.map(lambda u, v: u, t, deep(3)),
+        lambda t: st.map(lambda u, v, w: u, t, deep(3), deep(4)),
+        lambda t: st.map_with_path(lambda p, v: v, t),
+    ]:
+        leaf = Leaf()
+        ref = weakref.ref(leaf)
+        tree = deep(leaf)
+        out = walk(tree)
+        assert len(st.leaves(tree)) == 5000 + 2
+        del tree, out, leaf
+        gc.collect()
+        assert ref() is None, walk
+    # a walk that stops at an error keeps nothing either, and the next walk is whole
+    leaf = Leaf()
+    ref = weakref.ref(leaf)
+    bad = deep(leaf)
+    with pytest.raises(ValueError):
+        st.map(lambda u, v: u, bad, deep(3)[0])
+    del bad, leaf
+    gc.collect()
+    assert ref() is None
+    assert st.leaves(deep(7))[:3] == [7, 1, 2]
 
 
 def test_shared_subtrees_are_not_cycles() -> None:
