@@ -647,7 +647,7 @@ def specs(tree: Any, rules: Rules, *, mesh: Any = None) -> Any:
     1.1-1.2x the instructions of one flatten + unflatten of the tree (fewer than a
     ``jax.tree.map`` over it) and about 1.2-1.5x its time with the garbage collector on
     (``benchmarks/bench_sharded.py``; docs/benchmarks.md has the milliseconds).  The first call,
-    which names every leaf and matches it against the rules, costs 10-20 times that. The result
+    which names every leaf and matches it against the rules, costs 8-15 times that. The result
     is built from the tree's own structure (its dict key order, its static values and key
     objects), cached or not.  A tree whose structure cannot be compared (an unhashable static
     field) is resolved again on every call.
