@@ -12,7 +12,7 @@ import pytest
 
 import spruce.tree as st
 import spruce.tree_util as tu
-from helpers import Box, Params, run_python
+from helpers import Box, Params, assert_tree_equal, run_python
 
 # ----------------------------------------------------------------------------- repr goldens
 
@@ -211,6 +211,41 @@ def test_unflatten_builds_from_a_copy_of_the_leaves_list() -> None:
     assert given == []  # the callback did clear it
     assert [type(x).__name__ for x in out] == ["Greedy", "int", "Greedy"]
     assert (out[0].a, out[0].b, out[1], out[2].a, out[2].b) == (1, 2, 3, 4, 5)
+
+
+def _every_way(v: Any) -> Any:
+    """A tree with every way unflatten finds a node's children (leaves in a row, the node
+    built last, several built nodes, a mix with None holes), in leaf order ``v[0], v[1], ...``."""
+    return {
+        "z": {"b": v[1], "a": v[0]},  # leaves only, insertion order not sorted
+        "y": [[v[2]], ({"k": [v[3]]},), P([v[4]], (v[5],))],  # one node child; nodes only
+        "x": (None, v[6], [None, None], {"c": [v[7]], "b": None, "a": v[8]}),  # mixed, holes
+        "w": [[], {}, (), Params(v[9], v[10], "n"), Box(Box(v[11], v[12], 0), [v[13]], 1)],
+        "v": (v[14],),
+    }
+
+
+def test_unflatten_builds_every_kind_of_node_the_same_every_time() -> None:
+    # keys sorted: v, w, x, y, z; in each dict the same, so leaf order is
+    # v: 14; w: 9, 10, 11, 12, 13; x: 6, 8, 7; y: 2, 3, 4, 5; z: 0, 1
+    order = [14, 9, 10, 11, 12, 13, 6, 8, 7, 2, 3, 4, 5, 0, 1]
+    leaves, treedef = st.flatten(_every_way(list(range(15))))
+    assert leaves == order
+    for shift in (100, 200, 300):  # the first unflatten walks the table, later ones a plan
+        new = [x + shift for x in range(15)]
+        assert_tree_equal(treedef.unflatten([new[i] for i in order]), _every_way(new))
+    for tree in [7, None, [], {}, (), [[[[7]]]], (None,), {"a": None}]:
+        leaves, treedef = st.flatten(tree)
+        for _ in range(3):
+            assert_tree_equal(treedef.unflatten(leaves), tree)
+    deep: Any = 7
+    for i in range(3000):
+        deep = [deep] if i % 2 else (deep, None, i)
+    leaves, treedef = st.flatten(deep)
+    for _ in range(3):
+        out = treedef.unflatten(leaves)
+        assert st.flatten(out) == (leaves, treedef)
+        assert type(out) is list and type(out[0]) is tuple and out[0][1:] == (None, 2998)
 
 
 def test_flatten_up_to() -> None:

@@ -315,8 +315,8 @@ def build_dict(dd: DictData, src: list[Any], start: i64) -> dict[Any, Any]:
             inv = insertion_children(keys, order)
             dd.inv = inv
         out = {}
-        for j in range(len(inv)):
-            out[order[j]] = src[start + inv[j]]
+        for k, j in zip(order, inv):  # mypyc: no iterator, no boxed position
+            out[k] = src[start + j]
         return out
     elif template is not None:
         out = template.copy()
@@ -327,8 +327,10 @@ def build_dict(dd: DictData, src: list[Any], start: i64) -> dict[Any, Any]:
     else:
         dd.built = True
         out = {} if order is None else dict.fromkeys(order)
-    for i in range(len(keys)):
-        out[keys[i]] = src[start + i]
+    i: i64 = start
+    for k in keys:
+        out[k] = src[i]
+        i += 1
     return out
 
 
