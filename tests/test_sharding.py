@@ -252,6 +252,32 @@ def test_specs_cache_tells_equal_dict_keys_with_other_names_apart() -> None:
         assert sh.specs({"a": {-0.0: {"w": a}, 1: {"w": a}}}, deep) == {"a": {-0.0: {"w": P(None, "m")}, 1: {"w": P()}}}
 
 
+def test_specs_cache_probes_equal_dict_keys_under_a_node_that_repeats_its_key() -> None:
+    """A node whose children all have one key entry: the dicts under its two children are
+    different nodes, so the name of the second one's key is probed on a cached call too (the
+    keys 1 and 1 of the first call compare equal to the keys 1 and True of the second)."""
+    import spruce.tree as st
+
+    shared = st.DictKey("s")
+
+    class Same:
+        def __init__(self, *children: Any) -> None:
+            self.children = children
+
+    st.register_pytree_with_keys(
+        Same, lambda x: ([(shared, c) for c in x.children], len(x.children)), lambda n, ch: Same(*ch)
+    )
+    try:
+        rules = sh.Rules([("s.1.*", P("m")), ("s.True.*", P(None, "m")), ("**", None)])
+        a = np.zeros((4, 4))
+        for _ in range(2):
+            assert sh.specs(Same({1: {"p": a}}, {1: {"q": a}}), rules).children == ({1: {"p": P("m")}}, {1: {"q": P("m")}})
+            got = sh.specs(Same({1: {"p": a}}, {True: {"q": a}}), rules).children
+            assert got == ({1: {"p": P("m")}}, {True: {"q": P(None, "m")}})
+    finally:
+        st.unregister(Same)
+
+
 def test_cached_results_are_built_from_the_callers_own_structure() -> None:
     """A cached call's result has the tree's own dict key order, static values and key
     objects, not those of the tree that filled the cache (they are equal, not the same)."""
