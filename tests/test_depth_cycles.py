@@ -247,6 +247,49 @@ def test_deep_walks_keep_nothing_of_the_tree_after_they_end() -> None:
     assert st.leaves(deep(7))[:3] == [7, 1, 2]
 
 
+def test_deep_walks_keep_at_most_two_frame_lists() -> None:
+    # a node's aux data whose __del__ runs deep walks, freed while a finished walk clears its
+    # frames for the next one: the walks it starts return frames to the pool first
+    from spruce._tree import _walker
+
+    def chain(n: int) -> Any:
+        x: Any = 1
+        for _ in range(n):
+            x = [x]
+        return x
+
+    walks_left = [3]
+
+    class WalksWhenFreed:
+        def __del__(self) -> None:
+            if not walks_left[0]:
+                return
+            walks_left[0] -= 1
+            first = [True]
+
+            def f(x: Any) -> Any:
+                if first[0]:
+                    first[0] = False
+                    assert st.leaves(chain(3000)) == [1]
+                return x
+
+            assert st.leaves(st.map(f, chain(3000))) == [1]
+
+    class Fresh:
+        def __init__(self, d: Any) -> None:
+            self.d = d
+
+    st.register_pytree_node(Fresh, lambda x: ([x.d], WalksWhenFreed()), lambda a, ch: Fresh(ch[0]))
+    node: Any = 1
+    for level in range(2000):
+        node = Fresh(node) if level < 900 else [node]
+    _walker._POOL.clear()
+    out = st.map(lambda a: a + 1, node)
+    assert walks_left == [0]
+    assert len(_walker._POOL) <= 2
+    assert st.leaves(out) == [2]
+
+
 def test_shared_subtrees_are_not_cycles() -> None:
     shared = [1, {"a": 2}]
     tree = [shared, (shared, {"x": shared})]
