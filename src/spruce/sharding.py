@@ -644,7 +644,7 @@ def specs(tree: Any, rules: Rules, *, mesh: Any = None) -> Any:
     ``spruce.tree.flatten`` to read its structure and leaves, and one unflatten to build the
     result, which is a new tree each time (the caller may change it); between them it compares
     the structure with the cached one and reads the checked shapes.  On 10,000 leaves that is
-    1.1-1.2x the instructions of one flatten + unflatten of the tree (fewer than a
+    1.2-1.35x the instructions of one flatten + unflatten of the tree (fewer than a
     ``jax.tree.map`` over it) and about 1.2-1.5x its time with the garbage collector on
     (``benchmarks/bench_sharded.py``; docs/benchmarks.md has the milliseconds).  The first call,
     which names every leaf and matches it against the rules, costs 8-15 times that. The result
