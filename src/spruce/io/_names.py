@@ -146,20 +146,20 @@ def named_leaves(tree: Any, sep: str = ".") -> list[tuple[str, tuple[Any, ...], 
     out: list[tuple[str, tuple[Any, ...], Any]] = []
     where: dict[str, Any] = {}
     # Neighbouring leaves share the entries of their common ancestors (the engine hands out one
-    # entry object per node), so each leaf's name continues the name of the longest prefix it
-    # shares with the previous leaf: prefixes[j] is the name of prev[:j + 1].
+    # entry object per node), so a leaf's components are those of the longest prefix it shares
+    # with the previous leaf, plus its own: parts[j] is the component of prev[j].  (Joined per
+    # leaf, not grown prefix by prefix, which would cost the square of a deep path's length.)
     prev: tuple[Any, ...] = ()
-    prefixes: list[str] = []
+    parts: list[str] = []
     for path, leaf in _tree.leaves_with_path(tree):
         k = 0
         n = min(len(path), len(prev))
         while k < n and path[k] is prev[k]:
             k += 1
-        del prefixes[k:]
+        del parts[k:]
         for j in range(k, len(path)):
-            part = component(path[j], esc)
-            prefixes.append(prefixes[j - 1] + sep + part if j else part)
-        name = prefixes[-1] if path else ""
+            parts.append(component(path[j], esc))
+        name = sep.join(parts)
         prev = path
         if name in where:
             raise ValueError(
