@@ -40,7 +40,7 @@ import numpy as np
 
 from . import tree as _tree
 from ._summary import format_bytes
-from .io._names import component, escaper, named_leaves
+from .io._names import component, escaper, named_leaves, shared_prefix
 
 __all__ = ["Explanation", "Rules", "ShardingError", "explain", "mesh", "shard", "shardings", "specs"]
 
@@ -516,12 +516,8 @@ def _name_probes(named: list[tuple[str, tuple[Any, ...], Any]]) -> tuple[tuple[i
     out = []
     prev: tuple[Any, ...] = ()
     for i, (_, path, _) in enumerate(named):
-        # the entries this leaf shares with the previous one (one object per node) were probed
-        k = 0
-        n = min(len(path), len(prev))
-        while k < n and path[k] is prev[k]:
-            k += 1
-        for j in range(k, len(path)):
+        # the entries this leaf shares with the previous one were probed
+        for j in range(shared_prefix(path, prev), len(path)):
             if not _stable_name(path[j]):
                 out.append((i, j, component(path[j], esc)))
         prev = path

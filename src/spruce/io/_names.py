@@ -135,6 +135,16 @@ def flatten_names(tree: Any, *, sep: str = ".") -> dict[str, Any]:
     return {name: leaf for name, _, leaf in named_leaves(tree, sep)}
 
 
+def shared_prefix(path: tuple[Any, ...], prev: tuple[Any, ...]) -> int:
+    """How many leading key-path entries ``path`` shares with ``prev``, by identity: the engine
+    hands out one entry object per node, so neighbouring leaves share their ancestors'."""
+    k = 0
+    n = min(len(path), len(prev))
+    while k < n and path[k] is prev[k]:
+        k += 1
+    return k
+
+
 def named_leaves(tree: Any, sep: str = ".") -> list[tuple[str, tuple[Any, ...], Any]]:
     """``(name, key path, leaf)`` for every leaf of ``tree`` in flatten order, named as by
     ``flatten_names`` (which this is, with the key paths kept).
@@ -152,10 +162,7 @@ def named_leaves(tree: Any, sep: str = ".") -> list[tuple[str, tuple[Any, ...], 
     prev: tuple[Any, ...] = ()
     parts: list[str] = []
     for path, leaf in _tree.leaves_with_path(tree):
-        k = 0
-        n = min(len(path), len(prev))
-        while k < n and path[k] is prev[k]:
-            k += 1
+        k = shared_prefix(path, prev)
         del parts[k:]
         for j in range(k, len(path)):
             parts.append(component(path[j], esc))
