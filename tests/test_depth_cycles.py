@@ -205,6 +205,20 @@ def test_deep_is_leaf_and_paths_in_process_moderate_depth() -> None:
     assert st.keystr(path[:4]) == "['k'][0]['k'][0]"
 
 
+def _pooled_frames_are_blank() -> bool:
+    """(Compiled) every frame a finished walk left for the next one holds nothing, whichever
+    kind of walk (map, key paths, several trees) used it last.  A function, so that no local
+    variable of the test keeps a pooled frame list that a later walk fills."""
+    from spruce._tree import _walker
+    from spruce._tree._expand import EMPTY
+
+    return all(
+        fr.seq is EMPTY and fr.rseqs is EMPTY and fr.keys is EMPTY and fr.outs is EMPTY and fr.dat is None
+        for frames in _walker._POOL
+        for fr in frames
+    )
+
+
 def test_deep_walks_keep_nothing_of_the_tree_after_they_end() -> None:
     # the frames a deep walk leaves for the next one hold no reference to the tree it walked
     class Leaf:
@@ -235,6 +249,7 @@ def test_deep_walks_keep_nothing_of_the_tree_after_they_end() -> None:
         del tree, out, leaf
         gc.collect()
         assert ref() is None, walk
+        assert _pooled_frames_are_blank(), walk
     # a walk that stops at an error keeps nothing either, and the next walk is whole
     leaf = Leaf()
     ref = weakref.ref(leaf)

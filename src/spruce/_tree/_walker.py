@@ -168,14 +168,22 @@ class Walker:
         self.run()
         frames = self._frames
         if COMPILED and frames and len(frames) <= _POOL_FRAMES:
+            # Only the fields this walk sets (``run``) are cleared: the others were cleared by
+            # the walk that set them, before it gave the frames back.
+            nrest = self.nrest
+            paths = self.paths
+            mapping = self.f is not None
             for fr in frames:
                 if fr.seq is EMPTY:  # unused since it was last cleared, as are the ones after it
                     break
                 fr.seq = EMPTY
-                fr.rseqs = EMPTY
-                fr.keys = EMPTY
-                fr.outs = EMPTY
-                fr.dat = None
+                if nrest:
+                    fr.rseqs = EMPTY
+                if paths:
+                    fr.keys = EMPTY
+                if mapping:
+                    fr.outs = EMPTY
+                    fr.dat = None
             if len(_POOL) < 2:  # (after the clearing: a __del__ it runs may have walked)
                 _POOL.append(frames)
         return self._outs
