@@ -224,12 +224,13 @@ def worst_cells(res: Results, k: int = 8) -> list[str]:
 
 def scaling_section(sc: ScalingResult) -> list[str]:
     out: list[str] = []
-    libs = sorted({k[2] for k in sc.times}, key=lambda x: (x != SPRUCE, x))
+    libs = sorted({k[2] for k in sc.times} | {k[2] for k in sc.instructions}, key=lambda x: (x != SPRUCE, x))
     for shape in ("flat list", "balanced tree", "chain"):
         sizes = sorted({k[1] for k in sc.times if k[0] == shape} | {k[1] for k in sc.failures if k[0] == shape})
-        if not sizes:
-            continue
         unit = "level" if shape == "chain" else "leaf"
+        if not sizes:
+            out += _instruction_rows(sc, shape, unit, libs)
+            continue
         out.append(f"**{shape}** — ns per {unit} ({'depth' if shape == 'chain' else 'leaves'} in the first column)")
         out.append("")
         header = ["n"] + [f"{lib} {op}" for op in SCALING_OPS for lib in libs]
@@ -253,6 +254,41 @@ def scaling_section(sc: ScalingResult) -> list[str]:
         if growth:
             out.append("Per-" + unit + " cost growth, largest size vs 1,000 (≈1 is linear): " + "; ".join(growth) + ".")
             out.append("")
+        out += _instruction_rows(sc, shape, unit, libs)
+    return out
+
+
+def _instruction_rows(sc: ScalingResult, shape: str, unit: str, libs: list[str]) -> list[str]:
+    """The instructions-per-leaf table of one shape (callgrind), and its growth line."""
+    sizes = sorted({k[1] for k in sc.instructions if k[0] == shape})
+    if not sizes:
+        return []
+    out = [f"Instructions per {unit} (callgrind; the work alone, which caches and other tenants do not change):", ""]
+    header = ["n"] + [f"{lib} {op}" for op in SCALING_OPS for lib in libs]
+    rows = []
+    for n in sizes:
+        row = [f"{n:,}"]
+        for op in SCALING_OPS:
+            for lib in libs:
+                c = sc.instructions.get((shape, n, lib, op))
+                row.append(f"{c / n:,.0f}" if c is not None else (sc.failures.get((shape, n, lib)) or "—"))
+        rows.append(row)
+    out += _table(header, rows)
+    out.append("")
+    growth = []
+    for lib in libs:
+        for op in SCALING_OPS:
+            have = sorted(n for (s, n, lb, o) in sc.instructions if s == shape and lb == lib and o == op)
+            if len(have) < 2:
+                continue
+            base = min(have, key=lambda n: abs(math.log10(n) - 3))
+            top = have[-1]
+            if top > base:
+                ratio = (sc.instructions[(shape, top, lib, op)] / top) / (sc.instructions[(shape, base, lib, op)] / base)
+                growth.append(f"{lib} {op} ×{ratio:.2f} ({base:,}→{top:,})")
+    if growth:
+        out.append(f"Instructions per {unit}, largest size vs 1,000: " + "; ".join(growth) + ".")
+        out.append("")
     return out
 
 
@@ -331,7 +367,8 @@ def markdown(res: Results, chart_name: str | None) -> str:
     if res.scaling is not None:
         lines += ["", "## Scaling", "",
                   "Median time per call divided by the number of leaves (per level for the chain). A flat row means linear cost; "
-                  "some growth at 10^5–10^6 comes from caches, for every library. Everything here runs in one fresh subprocess, "
+                  "growth at 10^5–10^6 with a flat instruction row below it is the memory hierarchy's (the tree, its leaves and "
+                  "the result no longer fit in the caches), and it comes for every library. Everything here runs in one fresh subprocess, "
                   "every (size, library) of a (shape, op) interleaved. jax's chain depths are first probed in another "
                   "subprocess with Python's recursion limit raised past the depth; a depth where jax crashes is reported, not timed.", ""]
         lines += scaling_section(res.scaling)

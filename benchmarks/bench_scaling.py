@@ -20,6 +20,10 @@ and reports peak RSS minus the RSS before the call (it includes the returned lea
 treedef).  A second subprocess reports tracemalloc's peak for the same call, which sees only
 allocations made through Python's allocator (not a C++ library's own heap).
 
+Instructions.  The same (shape, size, op) cells are counted by callgrind
+(``callgrind_cells``), up to ``instruction_sizes``: the work per leaf, free of the noise and
+the cache effects that bend the time curves at the largest sizes.
+
 This file is also the subprocess worker: ``python bench_scaling.py '<json task>'``.
 """
 
@@ -92,6 +96,8 @@ class ScalingResult:
     times: dict[tuple[str, int, str, str], float] = field(default_factory=dict)
     failures: dict[tuple[str, int, str], str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    instructions: dict[tuple[str, int, str, str], float] = field(default_factory=dict)  # per call
+    jax_depths: list[int] = field(default_factory=list)  # the chain depths jax's probe survived
 
 
 def spruce_deep_threshold() -> int | None:
@@ -183,6 +189,7 @@ def run_scaling(sizes: list[int], depths: list[int], with_jax: bool, rounds: int
         elif rc != 0:
             res.notes.append(f"jax chain probe exited {rc}: {err.strip()[-300:]}")
         log(f"  jax chain probe: ok at depths {jax_depths}")
+        res.jax_depths = jax_depths
     task = {"task": "scaling", "libs": ["spruce"] + (["jax"] if with_jax else []), "sizes": sizes, "depths": depths,
             "jax_depths": jax_depths, "rounds": rounds, "target": target}
     lines, rc, err = run_worker(task, timeout=1800)
@@ -194,6 +201,45 @@ def run_scaling(sizes: list[int], depths: list[int], with_jax: bool, rounds: int
     if rc != 0:
         res.notes.append(f"the scaling subprocess exited {rc}: {err.strip()[-300:]}")
     return res
+
+
+# ---------------------------------------------------------------------------------------------
+# Instructions
+
+
+INSTRUCTION_OPS: dict[str, str] = {"flatten": "flatten", "unflatten": "unflatten", "map": "map", "flatten_with_path": "fwp"}
+_CELL_TREES: dict[str, str] = {"flat list": "wide", "balanced tree": "balanced", "chain": "chain"}
+
+
+def run_instructions(res: ScalingResult, sizes: list[int], depths: list[int], libs: list[str], log: Callable[[str], None]) -> None:
+    """Instructions per call of every scaling (shape, size, op), by callgrind
+    (``callgrind_cells``), into ``res.instructions``: the work itself, which neither the
+    machine's other tenants nor its caches change, so a flat row here means linear work and
+    any growth left in the time table is the memory hierarchy's.  One valgrind process per
+    library; jax only at the chain depths its probe survived.  Does nothing, with a note, when
+    valgrind cannot run."""
+    import callgrind_cells
+
+    for lib in libs:
+        cells = []
+        for shape, tree in _CELL_TREES.items():
+            for n in depths if shape == "chain" else sizes:
+                if shape == "chain" and lib == "jax" and n not in res.jax_depths:
+                    continue
+                reps = max(1, 20_000 // n)
+                cells += [f"{tree}{n}:{op}*{reps}" for op in INSTRUCTION_OPS.values()]
+        try:
+            per_call = callgrind_cells.counts(lib, cells, 1)
+        except RuntimeError as e:
+            res.notes.append(f"instruction counts of {lib} not measured: {str(e).strip()[-200:]}")
+            continue
+        ops = {v: k for k, v in INSTRUCTION_OPS.items()}
+        shapes = {v: k for k, v in _CELL_TREES.items()}
+        for cell, count in per_call.items():
+            m = re.fullmatch(r"([a-z]+)(\d+):(\w+)", cell)
+            assert m is not None, cell
+            res.instructions[(shapes[m.group(1)], int(m.group(2)), lib, ops[m.group(3)])] = count
+        log(f"  instructions of {lib} done")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
     python benchmarks/callgrind_cells.py spruce gpt12:unflatten,dataclass:eq,chain10000:leaves 20
     python benchmarks/callgrind_cells.py jax gpt12:unflatten 20        # a peer, same harness
 
-Trees are the benchmark's (``bench_trees``), plus ``chainN`` for a chain N levels deep; ops are
+Trees are the benchmark's (``bench_trees``), plus ``chainN`` for a chain N levels deep,
+``balancedN`` for a balanced tree of N leaves and ``wideN`` for a flat list of N leaves; ops are
 flatten, unflatten, leaves, structure, map, map2, fwp (flatten_with_path), eq (treedef ==) and
 noop (the loop alone).  The spruce measured is the one ``import spruce`` finds (set PYTHONPATH
 to a build's ``src``).
@@ -11,7 +12,8 @@ to a build's ``src``).
 Method (docs/performance.md): this script re-runs itself under ``setarch -R valgrind
 --tool=callgrind`` with ``PYTHONHASHSEED=0``, collecting only inside ``exec`` and dumping after
 each one.  Each cell, after three warm-up calls and with the garbage collector off, ``exec``s a
-loop of R calls and then one of 2R calls; per call = (2R dump - R dump) / R.
+loop of R calls and then one of 2R calls; per call = (2R dump - R dump) / R.  A cell written
+``tree:op*R`` uses its own R (``bench_scaling`` measures large trees with R = 1).
 """
 
 from __future__ import annotations
@@ -61,8 +63,9 @@ def _cell(ops: tuple[Callable[..., Any], ...], cell: str) -> Callable[[], Any]:
 
     fl, unfl, lv, st, mp, fwp = ops
     tree, op = cell.split(":")
-    m = re.fullmatch(r"chain_?(\d+)", tree)
-    make = functools.partial(bt.chain, int(m.group(1))) if m else {c.name: c.build for c in bt.tree_cases()}[tree]
+    m = re.fullmatch(r"(chain|balanced|wide)_?(\d+)", tree)
+    shapes = {"chain": bt.chain, "balanced": bt.balanced, "wide": bt.wide_list}
+    make = functools.partial(shapes[m.group(1)], int(m.group(2))) if m else {c.name: c.build for c in bt.tree_cases()}[tree]
     t1, t2 = make(), make()
     leaves, td = fl(t1)
     td2 = st(t2)
@@ -74,22 +77,59 @@ def _cell(ops: tuple[Callable[..., Any], ...], cell: str) -> Callable[[], Any]:
     }[op]  # fmt: skip
 
 
+def _split(cell: str, r: int) -> tuple[str, int]:
+    """``tree:op`` or ``tree:op*R`` -> (``tree:op``, its R)."""
+    name, _, own = cell.partition("*")
+    return name, int(own) if own else r
+
+
 def measure(lib: str, cells: list[str], r: int) -> None:
     """Run under callgrind (see ``main``): one exec of R calls, one of 2R calls, per cell."""
-    sys.setrecursionlimit(10_000)  # jax's recursive flatten on the chains
+    depths = [int(m.group(1)) for c in cells if (m := re.match(r"chain_?(\d+):", c))]
+    sys.setrecursionlimit(max(10_000, 3 * max(depths, default=0) + 1_000))  # jax recurses on chains
     ops = _ops(lib)
     fns = []
     for cell in cells:
-        fn = _cell(ops, cell)
+        name, reps = _split(cell, r)
+        fn = _cell(ops, name)
         for _ in range(3):
             fn()
-        fns.append(fn)
+        fns.append((fn, reps))
     code = compile("for _ in range(n): F()", "<loop>", "exec")
     gc.collect()
     gc.disable()
-    for fn in fns:
-        exec(code, {"F": fn, "n": r})
-        exec(code, {"F": fn, "n": 2 * r})
+    for fn, reps in fns:
+        exec(code, {"F": fn, "n": reps})
+        exec(code, {"F": fn, "n": 2 * reps})
+
+
+def counts(lib: str, cells: list[str], r: int) -> dict[str, float]:
+    """Instructions per call of each cell (``tree:op``, or ``tree:op*R`` for its own R) of
+    ``lib``, all in one process under callgrind.  Raises RuntimeError with valgrind's stderr if
+    the run fails (valgrind missing, or the process crashed)."""
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [
+            "setarch", "-R", "valgrind", "--tool=callgrind", "--collect-atstart=no",
+            "--toggle-collect=builtin_exec", "--dump-after=builtin_exec",
+            f"--callgrind-out-file={d}/cg.%p", sys.executable, __file__, "--measure", lib, ",".join(cells), str(r),
+        ]  # fmt: skip
+        try:
+            proc = subprocess.run(cmd, env={**os.environ, "PYTHONHASHSEED": "0"}, capture_output=True, text=True)
+        except OSError as e:
+            raise RuntimeError(f"cannot run valgrind: {e}") from None
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stderr[-3000:])
+        parts = sorted(glob.glob(f"{d}/cg.*.*"), key=lambda f: int(f.rsplit(".", 1)[1]))
+        totals = []
+        for f in parts[-2 * len(cells) :]:  # imports exec too: the cells' dumps are the last ones
+            text = Path(f).read_text()
+            found = re.search(r"^totals: (\d+)", text, re.M)
+            totals.append(int(found.group(1)) if found else 0)
+    out = {}
+    for i, cell in enumerate(cells):
+        name, reps = _split(cell, r)
+        out[name] = (totals[2 * i + 1] - totals[2 * i]) / reps
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -99,25 +139,13 @@ def main(argv: list[str]) -> int:
     if len(argv) != 3:
         print(__doc__)
         return 2
-    lib, cells, r = argv[0], argv[1].split(","), int(argv[2])
-    with tempfile.TemporaryDirectory() as d:
-        cmd = [
-            "setarch", "-R", "valgrind", "--tool=callgrind", "--collect-atstart=no",
-            "--toggle-collect=builtin_exec", "--dump-after=builtin_exec",
-            f"--callgrind-out-file={d}/cg.%p", sys.executable, __file__, "--measure", lib, ",".join(cells), str(r),
-        ]  # fmt: skip
-        proc = subprocess.run(cmd, env={**os.environ, "PYTHONHASHSEED": "0"}, capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(proc.stderr[-3000:], file=sys.stderr)
-            return 1
-        parts = sorted(glob.glob(f"{d}/cg.*.*"), key=lambda f: int(f.rsplit(".", 1)[1]))
-        totals = []
-        for f in parts[-2 * len(cells) :]:  # imports exec too: the cells' dumps are the last ones
-            text = Path(f).read_text()
-            found = re.search(r"^totals: (\d+)", text, re.M)
-            totals.append(int(found.group(1)) if found else 0)
-    for i, cell in enumerate(cells):
-        print(f"{cell:32s} {(totals[2 * i + 1] - totals[2 * i]) / r:12,.0f}")
+    try:
+        per_call = counts(argv[0], argv[1].split(","), int(argv[2]))
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        return 1
+    for cell, n in per_call.items():
+        print(f"{cell:32s} {n:12,.0f}")
     return 0
 
 

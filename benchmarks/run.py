@@ -21,7 +21,8 @@ is the source tree ``src/spruce`` imported a second time under the package name
 ``spruce_pure`` (verified uncompiled) and timed in the same rounds.
 
 Also measured: time per leaf against size for spruce and jax (:mod:`bench_scaling`, jax's deep
-chains in a subprocess) and the peak extra memory of flattening a 1,000,000-leaf tree, each
+chains in a subprocess), the instructions per leaf of the same calls when valgrind is installed
+(callgrind, a few minutes; ``--no-instructions`` skips them) and the peak extra memory of flattening a 1,000,000-leaf tree, each
 library in its own subprocess.
 """
 
@@ -65,6 +66,10 @@ class Settings:
         self.scaling_depths = [10, 100, 1_000] if quick else [10, 100, 1_000, 10_000, 100_000]
         self.scaling_rounds = 3 if quick else 7
         self.scaling_target = 0.002 if quick else 0.03
+        # callgrind counts (bench_scaling.run_instructions): none when quick (valgrind starts slowly);
+        # 10^6 is left out, its count per leaf being the 10^5 one (measured) at minutes per cell
+        self.instruction_sizes: list[int] = [] if quick else [10, 100, 1_000, 10_000, 100_000]
+        self.instruction_depths: list[int] = [] if quick else [10, 100, 1_000, 10_000, 100_000]
         self.memory_n = 100_000 if quick else 1_000_000
         self.memory_shapes = ["balanced tree"] if quick else ["flat list", "balanced tree"]
 
@@ -154,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--outdir", type=Path, help="write the report here instead")
     ap.add_argument("--no-pure", action="store_true", help="skip the uncompiled build")
     ap.add_argument("--no-scaling", action="store_true", help="skip the scaling and memory measurements")
+    ap.add_argument("--no-instructions", action="store_true", help="skip the scaling's instruction counts (callgrind)")
     ap.add_argument("--trees", help="comma-separated tree names to run (default: all)")
     args = ap.parse_args(argv)
 
@@ -193,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_scaling:
         log("scaling")
         scaling = bench_scaling.run_scaling(st.scaling_sizes, st.scaling_depths, "jax" in names, st.scaling_rounds, st.scaling_target, log)
+        if st.instruction_sizes and not args.no_instructions:
+            log("instruction counts (callgrind)")
+            libs_counted = ["spruce"] + (["jax"] if "jax" in names else [])
+            bench_scaling.run_instructions(scaling, st.instruction_sizes, st.instruction_depths, libs_counted, log)
         mem_libs: list[str] = [n for n in ("spruce", "jax") if n in names] if args.quick else [n for n in names if n in bench_scaling.MEMORY_LIBS]
         log("memory")
         memory = bench_scaling.run_memory(mem_libs, st.memory_shapes, st.memory_n, log)
