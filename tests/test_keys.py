@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 import pickle
 from collections import OrderedDict, defaultdict, namedtuple
 
@@ -140,3 +141,32 @@ def test_sequence_key_entries_are_shared_and_right_after_concurrent_growth() -> 
     pairs = st.flatten_with_path([0] * 3000)[0]
     assert pairs[2999][0][0] is _keys.SEQUENCE_KEYS[2999]
     assert pairs[2999][0] == (st.SequenceKey(2999),)
+
+
+def test_paths_at_every_depth_by_every_walk() -> None:
+    # a leaf's path is made at the leaf from the keys of the nodes above it: children of the
+    # root (no key above), of a depth-1 node (one key above) and deeper take different branches,
+    # and past the recursion depth the iterative walker makes them
+    S, D = st.SequenceKey, st.DictKey
+    deep: Any = "bottom"
+    for _ in range(3000):
+        deep = [deep]
+    tree = [1, {"a": 2, "b": [3, (4,)]}, deep]
+    want = [
+        ((S(0),), 1),
+        ((S(1), D("a")), 2),
+        ((S(1), D("b"), S(0)), 3),
+        ((S(1), D("b"), S(1), S(0)), 4),
+        ((S(2),) + (S(0),) * 3000, "bottom"),
+    ]
+    assert st.leaves_with_path(tree) == want
+    assert st.flatten_with_path(tree)[0] == want
+    seen: list[Any] = []
+    st.map_with_path(lambda p, x: seen.append((p, x)), tree)
+    assert seen == want
+    asked: list[Any] = []
+    st.leaves_with_path(tree, is_leaf=lambda p, x: asked.append((p, x)) or False, is_leaf_takes_path=True)
+    assert [(p, x) for p, x in asked if not isinstance(x, (list, dict, tuple))] == want
+    assert [p for p, _ in asked[:3]] == [(), (S(0),), (S(1),)]
+    assert st.leaves_with_path({"k": 5}) == [((D("k"),), 5)]
+    assert st.leaves_with_path(7) == [((), 7)]

@@ -51,6 +51,14 @@ def leaf_path(kstack: list[Any], k: Any, depth: int) -> tuple[Any, ...]:
     """The key path of an item at ``depth`` whose key is ``k``, below the nodes of ``kstack``."""
     if depth == 0:
         return ()
+    # Not through ``kstack`` when it holds fewer than two keys: a list that drops from 1 item
+    # to 0 (or from 2 to 1) is reallocated, and from 0 by the C library's ``realloc``: about
+    # 350 instructions a leaf for the children of the root.
+    top = len(kstack)
+    if top == 0:
+        return (k,)
+    if top == 1:
+        return (kstack[0], k)
     kstack.append(k)
     path = tuple(kstack)
     kstack.pop()
