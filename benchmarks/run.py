@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/run.py            # full run (~10 min): writes docs/benchmarks.md and .png
+    python benchmarks/run.py            # full run (~18 min, ~8 with --no-instructions): writes docs/benchmarks.md and .png
     python benchmarks/run.py --quick    # < 60 s, fewer rounds and sizes: writes to a temp dir
     python benchmarks/run.py --quick --write   # quick, but write docs/ anyway
 
