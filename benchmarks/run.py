@@ -22,8 +22,8 @@ is the source tree ``src/spruce`` imported a second time under the package name
 
 Also measured: time per leaf against size for spruce and jax (:mod:`bench_scaling`, jax's deep
 chains in a subprocess), the instructions per leaf of the same calls when valgrind is installed
-(callgrind, a few minutes; ``--no-instructions`` skips them) and the peak extra memory of flattening a 1,000,000-leaf tree, each
-library in its own subprocess.
+(callgrind, about ten minutes; ``--no-instructions`` skips them) and the peak extra memory of
+flattening a 1,000,000-leaf tree, each library in its own subprocess.
 """
 
 from __future__ import annotations

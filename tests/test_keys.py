@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
 import pickle
 from collections import OrderedDict, defaultdict, namedtuple
+from typing import Any
 
 import pytest
 
