@@ -278,14 +278,9 @@ def _instruction_rows(sc: ScalingResult, shape: str, unit: str, libs: list[str])
     growth = []
     for lib in libs:
         for op in SCALING_OPS:
-            have = sorted(n for (s, n, lb, o) in sc.instructions if s == shape and lb == lib and o == op)
-            if len(have) < 2:
-                continue
-            base = min(have, key=lambda n: abs(math.log10(n) - 3))
-            top = have[-1]
-            if top > base:
-                ratio = (sc.instructions[(shape, top, lib, op)] / top) / (sc.instructions[(shape, base, lib, op)] / base)
-                growth.append(f"{lib} {op} ×{ratio:.2f} ({base:,}→{top:,})")
+            g = _growth(sc.instructions, shape, lib, op)
+            if g is not None:
+                growth.append(f"{lib} {op} ×{g[0]:.2f} ({g[1]:,}→{g[2]:,})")
     if growth:
         out.append(f"Instructions per {unit}, largest size vs 1,000: " + "; ".join(growth) + ".")
         out.append("")
@@ -294,17 +289,20 @@ def _instruction_rows(sc: ScalingResult, shape: str, unit: str, libs: list[str])
 
 def growth_factor(sc: ScalingResult, shape: str, lib: str, op: str) -> tuple[float, int, int] | None:
     """(per-unit time at the largest size) / (per-unit time at 1,000 or the nearest size)."""
-    sizes = sorted(n for (s, n, lb, o) in sc.times if s == shape and lb == lib and o == op)
+    return _growth(sc.times, shape, lib, op)
+
+
+def _growth(table: dict[tuple[str, int, str, str], float], shape: str, lib: str, op: str) -> tuple[float, int, int] | None:
+    """(per-unit figure at the largest size) / (at 1,000 or the nearest size), and those sizes,
+    of a table of times or instruction counts per (shape, size, lib, op)."""
+    sizes = sorted(n for (s, n, lb, o) in table if s == shape and lb == lib and o == op)
     if len(sizes) < 2:
         return None
     base = min(sizes, key=lambda n: abs(math.log10(n) - 3))
     top = sizes[-1]
     if top <= base:
         return None
-    def per(n: int) -> float:
-        return sc.times[(shape, n, lib, op)] / n
-
-    return per(top) / per(base), base, top
+    return (table[(shape, top, lib, op)] / top) / (table[(shape, base, lib, op)] / base), base, top
 
 
 def memory_section(mem: MemoryResult) -> list[str]:
