@@ -29,7 +29,9 @@ from spruce.io import CheckpointError
 
 def _torch() -> Any:
     return pytest.importorskip(
-        "torch", reason="torch (a test-only dependency: pip install torch) is not installed"
+        "torch",
+        reason="torch is not installed: the PyTorch checkpoint tests need it (a test-only dependency; "
+        "`make test` installs a CPU build under Python 3.11, the only interpreter with one)",
     )
 
 
