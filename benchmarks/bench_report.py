@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from bench_libs import OP_GROUPS, OP_TITLES, OPS, TARGETS, Library
 from bench_scaling import SCALING_OPS, MemoryResult, ScalingResult
@@ -226,75 +226,59 @@ def scaling_section(sc: ScalingResult) -> list[str]:
     out: list[str] = []
     libs = sorted({k[2] for k in sc.times} | {k[2] for k in sc.instructions}, key=lambda x: (x != SPRUCE, x))
     for shape in ("flat list", "balanced tree", "chain"):
-        sizes = sorted({k[1] for k in sc.times if k[0] == shape} | {k[1] for k in sc.failures if k[0] == shape})
         unit = "level" if shape == "chain" else "leaf"
-        if not sizes:
-            out += _instruction_rows(sc, shape, unit, libs)
-            continue
-        out.append(f"**{shape}** — ns per {unit} ({'depth' if shape == 'chain' else 'leaves'} in the first column)")
-        out.append("")
-        header = ["n"] + [f"{lib} {op}" for op in SCALING_OPS for lib in libs]
-        rows = []
-        for n in sizes:
-            row = [f"{n:,}"]
-            for op in SCALING_OPS:
-                for lib in libs:
-                    t = sc.times.get((shape, n, lib, op))
-                    fail = sc.failures.get((shape, n, lib))
-                    row.append(f"{t / n * 1e9:.1f}" if t is not None else (fail or "—"))
-            rows.append(row)
-        out += _table(header, rows)
-        out.append("")
-        growth = []
-        for lib in libs:
-            for op in SCALING_OPS:
-                g = growth_factor(sc, shape, lib, op)
-                if g is not None:
-                    growth.append(f"{lib} {op} ×{g[0]:.2f} ({g[1]:,}→{g[2]:,})")
-        if growth:
-            out.append("Per-" + unit + " cost growth, largest size vs 1,000 (≈1 is linear): " + "; ".join(growth) + ".")
+        sizes = sorted({k[1] for k in sc.times if k[0] == shape} | {k[1] for k in sc.failures if k[0] == shape})
+        if sizes:
+            out.append(f"**{shape}** — ns per {unit} ({'depth' if shape == 'chain' else 'leaves'} in the first column)")
             out.append("")
-        out += _instruction_rows(sc, shape, unit, libs)
+            out += _per_unit(sc, sc.times, shape, sizes, libs, lambda t: f"{t * 1e9:.1f}")
+            growth = _growths(sc.times, shape, libs)
+            if growth:
+                out.append("Per-" + unit + " cost growth, largest size vs 1,000 (≈1 is linear): " + growth + ".")
+                out.append("")
+        sizes = sorted({k[1] for k in sc.instructions if k[0] == shape})
+        if sizes:
+            out += [f"Instructions per {unit} (callgrind; the work alone, which caches and other tenants do not change):", ""]
+            out += _per_unit(sc, sc.instructions, shape, sizes, libs, lambda c: f"{c:,.0f}")
+            growth = _growths(sc.instructions, shape, libs)
+            if growth:
+                out.append(f"Instructions per {unit}, largest size vs 1,000: " + growth + ".")
+                out.append("")
     return out
 
 
-def _instruction_rows(sc: ScalingResult, shape: str, unit: str, libs: list[str]) -> list[str]:
-    """The instructions-per-leaf table of one shape (callgrind), and its growth line."""
-    sizes = sorted({k[1] for k in sc.instructions if k[0] == shape})
-    if not sizes:
-        return []
-    out = [f"Instructions per {unit} (callgrind; the work alone, which caches and other tenants do not change):", ""]
+Table = dict[tuple[str, int, str, str], float]  # a figure per call, per (shape, size, lib, op)
+
+
+def _per_unit(sc: ScalingResult, table: Table, shape: str, sizes: list[int], libs: list[str], fmt: Callable[[float], str]) -> list[str]:
+    """The lines of one shape's table of ``table``'s figures divided by the size (per leaf, or
+    per level), a column per (op, lib); a missing cell shows why (a crash) or a dash."""
     header = ["n"] + [f"{lib} {op}" for op in SCALING_OPS for lib in libs]
     rows = []
     for n in sizes:
         row = [f"{n:,}"]
         for op in SCALING_OPS:
             for lib in libs:
-                c = sc.instructions.get((shape, n, lib, op))
-                row.append(f"{c / n:,.0f}" if c is not None else (sc.failures.get((shape, n, lib)) or "—"))
+                v = table.get((shape, n, lib, op))
+                row.append(fmt(v / n) if v is not None else (sc.failures.get((shape, n, lib)) or "—"))
         rows.append(row)
-    out += _table(header, rows)
-    out.append("")
+    return _table(header, rows) + [""]
+
+
+def _growths(table: Table, shape: str, libs: list[str]) -> str:
+    """``lib op ×g (base→top)`` of every (lib, op) of a shape that has two sizes, joined."""
     growth = []
     for lib in libs:
         for op in SCALING_OPS:
-            g = _growth(sc.instructions, shape, lib, op)
+            g = growth_factor(table, shape, lib, op)
             if g is not None:
                 growth.append(f"{lib} {op} ×{g[0]:.2f} ({g[1]:,}→{g[2]:,})")
-    if growth:
-        out.append(f"Instructions per {unit}, largest size vs 1,000: " + "; ".join(growth) + ".")
-        out.append("")
-    return out
+    return "; ".join(growth)
 
 
-def growth_factor(sc: ScalingResult, shape: str, lib: str, op: str) -> tuple[float, int, int] | None:
-    """(per-unit time at the largest size) / (per-unit time at 1,000 or the nearest size)."""
-    return _growth(sc.times, shape, lib, op)
-
-
-def _growth(table: dict[tuple[str, int, str, str], float], shape: str, lib: str, op: str) -> tuple[float, int, int] | None:
+def growth_factor(table: Table, shape: str, lib: str, op: str) -> tuple[float, int, int] | None:
     """(per-unit figure at the largest size) / (at 1,000 or the nearest size), and those sizes,
-    of a table of times or instruction counts per (shape, size, lib, op)."""
+    of a table of times or instruction counts."""
     sizes = sorted(n for (s, n, lb, o) in table if s == shape and lb == lib and o == op)
     if len(sizes) < 2:
         return None
