@@ -205,6 +205,50 @@ def test_deep_is_leaf_and_paths_in_process_moderate_depth() -> None:
     assert st.keystr(path[:4]) == "['k'][0]['k'][0]"
 
 
+def _spine(depth: int, bottom: Any) -> Any:
+    """``[0, [1, [2, ... [depth - 1, bottom]]]]``: every nested node is its parent's last child."""
+    x = bottom
+    for i in reversed(range(depth)):
+        x = [i, x]
+    return x
+
+
+@pytest.mark.parametrize("depth", [40, 3000])
+def test_walks_climb_out_of_last_child_spines_to_the_right_place(depth: int) -> None:
+    # A walk that does not map keeps no frame for a node whose last child it enters, and climbs
+    # out of such a spine straight to the nearest ancestor with items left: that ancestor's
+    # later items, their depths and their key paths must be as if every level had been kept.
+    tree = {"a": _spine(depth, "end"), "b": [_spine(depth, ("e", "f")), "z"], "c": "last"}
+    s, z, e1 = st.SequenceKey(1), st.SequenceKey(0), st.SequenceKey(1)
+    a, b, c = st.DictKey("a"), st.DictKey("b"), st.DictKey("c")
+    want = (
+        [((a,) + (s,) * i + (z,), i) for i in range(depth)]
+        + [((a,) + (s,) * depth, "end")]
+        + [((b, z) + (s,) * i + (z,), i) for i in range(depth)]
+        + [((b, z) + (s,) * depth + (z,), "e"), ((b, z) + (s,) * depth + (e1,), "f")]
+        + [((b, e1), "z"), ((c,), "last")]
+    )
+    assert st.leaves_with_path(tree) == want
+    assert st.leaves(tree) == [leaf for _, leaf in want]
+    assert list(st.iter(tree)) == [leaf for _, leaf in want]
+    leaves, td = st.flatten(tree)
+    assert leaves == [leaf for _, leaf in want]
+    # nodes: 2 spines of depth lists, the tuple, b's list and the root; leaves: 2 * depth + 5
+    assert td.num_leaves == len(want) and td.num_nodes == (2 * depth + 3) + (2 * depth + 5)
+    rebuilt = st.unflatten(td, leaves)  # (== on 3,000-deep lists exceeds the recursion limit)
+    assert st.flatten(rebuilt) == (leaves, td) and rebuilt["b"][1] == "z"
+    assert st.structure(tree) == td
+    pairs, td_paths = st.flatten_with_path(tree)
+    assert pairs == want and td_paths == td
+    # is_leaf with paths: a Walker from the root, its key stack checked at every leaf
+    assert st.leaves_with_path(tree, lambda p, x: False, True) == want
+    mapped = st.map_with_path(lambda p, x: len(p), tree)
+    assert st.leaves(mapped) == [len(p) for p, _ in want]
+    # a cut at the bottom of a spine, made by is_leaf, leaves the climb where it was
+    cut = st.leaves(tree, is_leaf=lambda x: isinstance(x, tuple))
+    assert cut[-4:] == [depth - 1, ("e", "f"), "z", "last"]
+
+
 def _pooled_frames_are_blank() -> bool:
     """(Compiled) every frame a finished walk left for the next one holds nothing, whichever
     kind of walk (map, key paths, several trees) used it last.  A function, so that no local

@@ -78,6 +78,7 @@ class _Frame:
     seq: list[Any]
     pos: i64
     n: i64
+    depth: i64
     rseqs: list[list[Any]]
     keys: list[Any]
     outs: list[Any]
@@ -88,6 +89,7 @@ class _Frame:
         self.seq = EMPTY
         self.pos = 0
         self.n = 0
+        self.depth = 0
         self.rseqs = EMPTY
         self.keys = EMPTY
         self.outs = EMPTY
@@ -127,13 +129,14 @@ class Walker:
     _n: i64
     _depth: i64
     _frames: list[_Frame]  # compiled: one per level reached below the items walk() was given
-    _stack: list[tuple[list[Any], i64, i64, list[list[Any]], list[Any], list[Any], int, Any]]  # uncompiled
+    _stack: list[tuple[list[Any], i64, i64, i64, list[list[Any]], list[Any], list[Any], int, Any]]  # uncompiled
     _sp: i64  # frames in use
     _outs: list[Any]
     _code: int
     _dat: Any
     _mark: object
     _mark_depth: i64
+    _kbase: i64  # the keys kstack held when the walk started, and holds again when it ends
 
     def __init__(
         self,
@@ -211,6 +214,7 @@ class Walker:
         self._dat = None
         self._mark = _NO_MARK
         self._mark_depth = 0
+        self._kbase = len(self.kstack)
 
     def run(self) -> bool:
         """Walk on; returns False when the walk is over, True after a leaf of a lazy walk."""
@@ -227,9 +231,14 @@ class Walker:
         codes = self.codes
         data = self.data
         kstack = self.kstack
-        # One frame per node being walked: compiled, ``frames[:sp]`` (a _Frame per level, kept
-        # and reused); run by the interpreter, where making a _Frame is a Python call, a tuple
-        # (its parent's seq, pos, n, rseqs, keys, outs, code, dat) per node in ``stack``.
+        # One frame per node being walked whose parent has more to do: compiled, ``frames[:sp]``
+        # (a _Frame per level, kept and reused); run by the interpreter, where making a _Frame
+        # is a Python call, a tuple (its parent's seq, pos, n, depth, rseqs, keys, outs, code,
+        # dat) per node in ``stack``.  A node entered as the last item of its parent, in a walk
+        # that does not map, keeps no frame for the parent (a tail call): nothing is left to do
+        # there, and climbing out of the node returns to the nearest ancestor that has items
+        # left, at the depth its frame records.  So a chain (every node the last child of its
+        # parent) is walked without a frame, as recursion walks it without a C frame's return.
         frames = self._frames
         stack = self._stack
         sp: i64 = self._sp
@@ -320,26 +329,28 @@ class Walker:
                     mark = x
                     mark_depth = depth
                     check_depth(depth)
-                if COMPILED:
-                    if sp < len(frames):
-                        fr = frames[sp]
+                if mapping or pos < n:
+                    if COMPILED:
+                        if sp < len(frames):
+                            fr = frames[sp]
+                        else:
+                            fr = _Frame()
+                            frames.append(fr)
+                        fr.seq = seq
+                        fr.pos = pos
+                        fr.n = n
+                        fr.depth = depth
+                        if nrest:
+                            fr.rseqs = rseqs
+                        if paths:
+                            fr.keys = keys
+                        if mapping:
+                            fr.outs = outs
+                            fr.code = code
+                            fr.dat = dat
+                        sp += 1
                     else:
-                        fr = _Frame()
-                        frames.append(fr)
-                    fr.seq = seq
-                    fr.pos = pos
-                    fr.n = n
-                    if nrest:
-                        fr.rseqs = rseqs
-                    if paths:
-                        fr.keys = keys
-                    if mapping:
-                        fr.outs = outs
-                        fr.code = code
-                        fr.dat = dat
-                    sp += 1
-                else:
-                    stack.append((seq, pos, n, rseqs, keys, outs, code, dat))
+                        stack.append((seq, pos, n, depth, rseqs, keys, outs, code, dat))
                 if nrest:
                     rseqs = children
                 if paths:
@@ -354,13 +365,7 @@ class Walker:
                 seq = ch
                 pos = 0
                 n = len(ch)
-            elif stack or sp > 0:  # (one of the two is used: see above)
-                depth -= 1
-                if depth <= mark_depth:
-                    mark = _NO_MARK
-                    mark_depth = 0
-                if paths and depth > 0:
-                    kstack.pop()
+            elif sp > 0 or stack:  # (one of the two is used: see above)
                 if COMPILED:
                     if mapping:
                         built = outs if code & MASK == LIST else build(code, dat, outs)
@@ -369,6 +374,7 @@ class Walker:
                     seq = fr.seq
                     pos = fr.pos
                     n = fr.n
+                    depth = fr.depth
                     if nrest:
                         rseqs = fr.rseqs
                     if paths:
@@ -380,11 +386,23 @@ class Walker:
                         outs.append(built)
                 elif mapping:
                     built = outs if code & MASK == LIST else build(code, dat, outs)
-                    seq, pos, n, rseqs, keys, outs, code, dat = stack.pop()
+                    seq, pos, n, depth, rseqs, keys, outs, code, dat = stack.pop()
                     outs.append(built)
                 else:
-                    seq, pos, n, rseqs, keys, outs, code, dat = stack.pop()
+                    seq, pos, n, depth, rseqs, keys, outs, code, dat = stack.pop()
+                # back among the items at ``depth``: the nodes entered below are left
+                if depth <= mark_depth:
+                    mark = _NO_MARK
+                    mark_depth = 0
+                if paths:
+                    top: i64 = depth - 1 if depth > 0 else 0  # keys above the items at depth
+                    while len(kstack) > top:
+                        kstack.pop()
             else:
+                if paths:  # the last nodes entered kept no frame to pop their keys with
+                    kbase = self._kbase
+                    while len(kstack) > kbase:
+                        kstack.pop()
                 self._outs = outs
                 return False
         # a lazy walk stops after a leaf: keep its place
