@@ -528,6 +528,27 @@ def test_items_appended_by_a_callback_are_not_walked() -> None:
     assert grown == [1, 2, 9, 9]
 
 
+@pytest.mark.parametrize("is_leaf", [None, lambda x: False], ids=["plain", "is_leaf"])
+def test_map_reads_a_dicts_values_when_it_enters_the_dict(is_leaf: Any) -> None:
+    # a callback that rewrites, deletes or adds entries of a dict being mapped changes neither
+    # which values are mapped nor the result's keys and insertion order (jax reads a dict's
+    # items when it flattens it, before any callback runs)
+    d: dict[str, Any] = {"b": 1, "a": 2, "c": [3]}
+    calls: list[Any] = []
+
+    def f(x: Any) -> Any:
+        calls.append(x)
+        d["c"] = "replaced"
+        d.pop("b", None)
+        d["z"] = 99
+        return x * 10
+
+    out = st.map(f, d, is_leaf=is_leaf)
+    assert calls == [2, 1, 3]
+    assert list(out.items()) == [("b", 10), ("a", 20), ("c", [30])]
+    assert d == {"a": 2, "c": "replaced", "z": 99}
+
+
 def test_a_registered_nodes_own_children_list_is_walked_as_a_list_is() -> None:
     # a flatten function may hand out the list the node holds: items a callback appends are
     # not walked, and removing items raises, exactly as for a list node
