@@ -13,7 +13,7 @@ leaves it out) and is used only when the engine runs uncompiled (``_depth.COMPIL
   into the others.  Under CPython 3.11 a loop is cheaper than a list comprehension here: a
   comprehension is a function of its own, made and called once per node, and recursing from
   inside it puts two frames on the stack per level.  Replacing the comprehensions (and a dict's
-  ``itemgetter`` + ``zip`` + ``update``) by loops took 44% of the instructions off a map of
+  ``itemgetter`` + ``zip`` + ``update``) by loops took 43% of the instructions off a map of
   GPT-style parameters and 3% onto a map of a flat 10,000-float list.  Lists, tuples and dicts
   are taken apart and rebuilt inline, a dict by putting each output in place in a copy of it;
   other nodes go through ``expand_registered`` and ``build``.
