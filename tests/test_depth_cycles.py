@@ -473,6 +473,48 @@ def test_cycles_raise_naming_cycle_and_closing_path(case: str) -> None:
             assert path + path not in msg, (op, msg)
 
 
+DEEP_ERRORS = """
+N = 300_000
+def chain(bottom):
+    x = bottom
+    for _ in range(N):
+        x = [x]
+    return x
+
+def message(f):
+    try:
+        f()
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+bottom = [0]
+cyclic = chain(bottom)
+bottom.append(cyclic)  # the bottom list holds the root: the cycle closes N + 1 levels down
+probe("cycle", lambda: message(lambda: st.leaves(cyclic)))
+probe("mismatch", lambda: message(lambda: st.map(lambda a, b: a, chain([0]), chain([0, 1]))))
+print(json.dumps(["done"]))
+"""
+
+
+def test_errors_300k_levels_down_name_their_key_path_in_linear_time() -> None:
+    # The error is made by walking the tree again to the node where the walk failed.  That walk
+    # must make a key path only at the error (or for an is_leaf that takes paths): making one
+    # for every node took time quadratic in the depth, over 2 minutes here against the probe's
+    # 30 s alarm; linear, it takes a few seconds.
+    proc = run_python(DEPTH_PRELUDE + DEEP_ERRORS, timeout=120)
+    assert proc.returncode == 0, f"interpreter died (rc={proc.returncode}): {proc.stderr[-2000:]}"
+    got = {row[0]: row[1:] for row in (json.loads(line) for line in proc.stdout.splitlines())}
+    assert "done" in got, proc.stdout[-2000:]
+    status, cycle = got["cycle"]
+    assert status == "ok", got["cycle"]
+    assert cycle.startswith("cycle in pytree: the list at key path [0][0][0]"), cycle[:300]
+    assert "(300001 keys in all)" in cycle and cycle.count("[0]") > 20, cycle[:600]
+    status, mismatch = got["mismatch"]
+    assert status == "ok", got["mismatch"]
+    assert mismatch.startswith("map: tree #2 (rest[0]) does not match at key path [0][0]"), mismatch[:300]
+    assert "(300000 keys in all)" in mismatch, mismatch[:600]
+
 
 
 THREAD_STACK_SCRIPT = """

@@ -178,10 +178,17 @@ def mismatch_detail(code: int, data: Any, ycode: int, ydata: Any, y: Any) -> str
 # prefix mismatch by walking again).  Callbacks (``is_leaf``, flatten functions) run again.
 
 
-def _leaf_test(is_leaf: Callable[..., Any] | None, path_leaf: bool, path: tuple[Any, ...], x: Any) -> bool:
+def _leaf_test(is_leaf: Callable[..., Any] | None, path_leaf: bool, path: list[Any], k: Any, depth: int, x: Any) -> bool:
+    """``is_leaf`` of ``x``, the item at ``depth`` whose key is ``k`` below the keys ``path``;
+    the key path is made only when ``is_leaf`` takes it."""
     if is_leaf is None:
         return False
-    return bool(is_leaf(path, x) if path_leaf else is_leaf(x))
+    return bool(is_leaf(_key_path(path, k, depth), x) if path_leaf else is_leaf(x))
+
+
+def _key_path(path: list[Any], k: Any, depth: int) -> tuple[Any, ...]:
+    """The key path of the item at ``depth`` whose key is ``k`` below the keys ``path``."""
+    return tuple(path + [k]) if depth else ()
 
 
 def cycle_error(tree: Any, is_leaf: Callable[..., Any] | None, path_leaf: bool, none_is_leaf: bool) -> Exception:
@@ -225,6 +232,8 @@ def _walk_again(
     rseqs: list[list[Any]] = [[r] for r in rest]
     keys: list[Any] = [None]
     pos = 0
+    # The path of an item is made only for is_leaf (when it takes paths) or for the error:
+    # making it for every item cost time quadratic in the depth (seconds at 30,000 levels).
     while True:
         if pos < len(seq):
             x = seq[pos]
@@ -232,8 +241,7 @@ def _walk_again(
             ys = [r[pos] if pos < len(r) else None for r in rseqs]
             pos += 1
             depth = len(nodes)
-            here = tuple(path + [k]) if depth else ()
-            if _leaf_test(is_leaf, path_leaf, here, x):
+            if _leaf_test(is_leaf, path_leaf, path, k, depth, x):
                 continue
             code, d, ch, ckeys = expand_with_keys(x, none_is_leaf)
             if code == LEAF:
@@ -247,7 +255,7 @@ def _walk_again(
                     detail = mismatch_detail(code, d, ycode, ydata, y)
                     return ValueError(
                         f"{what}: tree #{j + 2} (rest[{j}]) does not match at key path "
-                        f"{path_text(here)}: {detail}"
+                        f"{path_text(_key_path(path, k, depth))}: {detail}"
                     )
                 children.append(ych)
             if not ch:
@@ -255,7 +263,7 @@ def _walk_again(
             at = on_path.get(id(x))
             if at is not None:
                 return ValueError(
-                    f"cycle in pytree: the {type(x).__name__} at key path {path_text(here)} is "
+                    f"cycle in pytree: the {type(x).__name__} at key path {path_text(_key_path(path, k, depth))} is "
                     f"the same object as its ancestor at key path {path_text(tuple(path[:at]))}, "
                     "so the tree would be infinitely deep; a pytree must not contain itself"
                 )
