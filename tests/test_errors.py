@@ -549,6 +549,41 @@ def test_map_reads_a_dicts_values_when_it_enters_the_dict(is_leaf: Any) -> None:
     assert d == {"a": 2, "c": "replaced", "z": 99}
 
 
+def test_a_stop_iteration_from_a_callback_is_not_the_end_of_the_leaves() -> None:
+    # iter (and all/any, which stop early through it) is a generator: a StopIteration let out
+    # of it would end the iteration and lose leaves silently.  It is raised as a RuntimeError
+    # whose cause is the callback's exception; eager walks let it through, as jax does.
+    stop = StopIteration("from is_leaf")
+
+    def is_leaf(x: Any) -> bool:
+        if x == 2:
+            raise stop
+        return False
+
+    for walk in (lambda: list(st.iter([1, [2, 3]], is_leaf=is_leaf)),
+                 lambda: st.all([1, [2, 0]], is_leaf=is_leaf),
+                 lambda: st.any([0, [2, 5]], is_leaf=is_leaf)):  # fmt: skip
+        with pytest.raises(RuntimeError, match="raised StopIteration") as info:
+            walk()
+        assert info.value.__cause__ is stop
+    with pytest.raises(StopIteration):
+        st.leaves([1, [2, 3]], is_leaf=is_leaf)
+
+    class Stops:
+        pass
+
+    def flatten(node: Stops) -> tuple[list[Any], None]:
+        raise stop
+
+    st.register_pytree_node(Stops, flatten, lambda aux, ch: Stops())
+    try:
+        with pytest.raises(RuntimeError, match="raised StopIteration") as info:
+            st.any([0, Stops(), 5])
+        assert info.value.__cause__ is stop
+    finally:
+        st.unregister(Stops)
+
+
 def test_a_registered_nodes_own_children_list_is_walked_as_a_list_is() -> None:
     # a flatten function may hand out the list the node holds: items a callback appends are
     # not walked, and removing items raises, exactly as for a list node

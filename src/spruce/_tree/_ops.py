@@ -86,7 +86,7 @@ def reduce_associative(
 def all(tree: Any, *, is_leaf: IsLeaf = None, none_is_leaf: bool = False) -> bool:
     """True if every leaf is truthy (True for no leaves), as jax.tree_util.tree_all.
 
-    Stops at the first falsy leaf without flattening the rest.
+    Stops at the first falsy leaf without flattening the rest.  Raises as ``iter``.
 
     >>> all([1, (True, 'x')]), all({'a': 1, 'b': 0})
     (True, False)
@@ -96,6 +96,8 @@ def all(tree: Any, *, is_leaf: IsLeaf = None, none_is_leaf: bool = False) -> boo
 
 def any(tree: Any, *, is_leaf: IsLeaf = None, none_is_leaf: bool = False) -> bool:
     """True if some leaf is truthy (False for no leaves), as optree.tree_any.
+
+    Stops at the first truthy leaf without flattening the rest.  Raises as ``iter``.
 
     >>> any([0, (None, '')]), any([0, [1]])
     (False, True)

@@ -199,7 +199,9 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
     """Yield the leaves of ``tree`` lazily, in flatten order (optree's tree_iter).
 
     Each node is expanded only when the iteration reaches it, so stopping early skips the rest.
-    Takes and raises as ``flatten``.
+    Takes and raises as ``flatten``, except that a ``StopIteration`` raised by ``is_leaf`` or a
+    flatten function is raised as a RuntimeError (its cause), so that it cannot pass for the
+    end of the leaves.
 
     >>> it = iter_leaves({'a': [1, 2], 'b': 3})
     >>> next(it), next(it)
@@ -214,6 +216,15 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
             more = walker.run()
         except CycleFound:
             raise cycle_error(tree, is_leaf, False, none_is_leaf) from None
+        except StopIteration as e:
+            # Let out of a generator, a StopIteration would end the iteration early (compiled)
+            # or become Python's "generator raised StopIteration" (PEP 479): say whose it was.
+            err = RuntimeError(
+                "iter: a callback (is_leaf or a registered flatten function) raised StopIteration, "
+                "which would have ended the iteration early; it is chained as the cause"
+            )
+            err.__cause__ = e  # (not ``raise ... from e``: compiled, that drops a StopIteration)
+            raise err
         if not more:
             return
         yield out.pop()
