@@ -70,8 +70,10 @@ SOURCES := $(shell find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-inf
 # (.deps, .demo-deps) made in the same make run as .compiled was judged up to date replaces it
 # without make noticing (seen: `make demo` then `make test -j2` ran the compiled suite on the
 # uncompiled build).  Run just before the build is used, when no install can run alongside.
-ensure_compiled = $(1)/bin/python -c "import spruce, sys; sys.exit(not spruce.__compiled__)" 2>/dev/null || \
-	$(1)/bin/python -m pip --disable-pip-version-check -q install --no-deps --force-reinstall $(1)/wheels/spruce-*.whl
+# Silent (``@``) unless it reinstalls.
+ensure_compiled = $(1)/bin/python -c "import spruce, sys; sys.exit(not spruce.__compiled__)" 2>/dev/null || { \
+	echo "$(1) holds the uncompiled build: installing the compiled wheel again"; \
+	$(1)/bin/python -m pip --disable-pip-version-check -q install --no-deps --force-reinstall $(1)/wheels/spruce-*.whl; }
 
 define environment
 $(1)/.created:
@@ -102,7 +104,7 @@ $(1)/.compiled: $(1)/.wheel
 
 .PHONY: test-$(4)-compiled test-$(4)-pure
 test-$(4)-compiled: $(1)/.deps $(1)/.compiled browser
-	$$(call ensure_compiled,$(1))
+	@$$(call ensure_compiled,$(1))
 	SPRUCE_EXPECT_COMPILED=1 $(1)/bin/python -m pytest -q tests
 
 test-$(4)-pure: $(1)/.deps browser
@@ -125,11 +127,11 @@ $(VENV)/.demo-deps: $(VENV)/.build-deps
 build-compiled: $(VENV)/.compiled
 
 demo: $(VENV)/.demo-deps build-compiled
-	$(call ensure_compiled,$(VENV))
+	@$(call ensure_compiled,$(VENV))
 	$(VENV)/bin/spruce demo
 
 examples: $(VENV)/.demo-deps build-compiled
-	$(call ensure_compiled,$(VENV))
+	@$(call ensure_compiled,$(VENV))
 	for f in examples/seed_pytrees.py examples/nn_dict_params.py examples/nn_namedtuple_params.py \
 	         examples/seed_equinox.py examples/transformer_block_params.py examples/train.py \
 	         examples/sharded_training.py examples/mixed_jax_world.py; do \
@@ -169,12 +171,12 @@ test:
 test-all: typecheck test-compiled test-pure test-matrix
 
 bench: $(VENV)/.deps build-compiled
-	$(call ensure_compiled,$(VENV))
+	@$(call ensure_compiled,$(VENV))
 	$(PY) -m pip --disable-pip-version-check -q install -r benchmarks/requirements.txt
 	$(PY) benchmarks/run.py
 
 bench-quick: $(VENV)/.deps build-compiled
-	$(call ensure_compiled,$(VENV))
+	@$(call ensure_compiled,$(VENV))
 	$(PY) benchmarks/run.py --quick
 
 clean:
