@@ -376,21 +376,21 @@ def test_unknown_flags_name_themselves(argv: list[str], expected: str, capsys: A
 
 
 def test_demo_calls_the_demo_module(monkeypatch: Any, capsys: Any, tmp_path: Any) -> None:
-    import spruce._demo
+    import spruce.cli._demo_minilm
 
     calls = []
-    monkeypatch.setattr(spruce._demo, "run", lambda console, out_dir: calls.append(out_dir))
+    monkeypatch.setattr(spruce.cli._demo_minilm, "run", lambda console, out_dir: calls.append(out_dir))
     code, _, _ = run(capsys, "demo", "--out", str(tmp_path))
     assert code == 0 and calls == [str(tmp_path)]
 
 
 def test_demo_errors_are_one_line(monkeypatch: Any, capsys: Any) -> None:
-    import spruce._demo
+    import spruce.cli._demo_minilm
 
     def broken(console: Any, out_dir: Any) -> None:
         raise FileNotFoundError(2, "No such file or directory", "/nowhere/model.safetensors")
 
-    monkeypatch.setattr(spruce._demo, "run", broken)
+    monkeypatch.setattr(spruce.cli._demo_minilm, "run", broken)
     code, _, err = run(capsys, "demo")
     assert code == 2
     assert_one_error_line(err, "/nowhere/model.safetensors: No such file or directory")
@@ -403,9 +403,9 @@ def test_demo_errors_are_one_line(monkeypatch: Any, capsys: Any) -> None:
 
 @pytest.mark.slow
 def test_demo_runs_and_writes_its_pictures(tmp_path: Any, capsys: Any) -> None:
-    import spruce._demo
+    import spruce.cli._demo_minilm
 
-    outputs = spruce._demo.run(None, out_dir=tmp_path)
+    outputs = spruce.cli._demo_minilm.run(None, out_dir=tmp_path)
     out = capsys.readouterr().out
     assert "22,713,728" in out and "Traceback" not in out
     assert out.count("ok spruce.io.load") == 2
@@ -421,7 +421,7 @@ def test_demo_runs_and_writes_its_pictures(tmp_path: Any, capsys: Any) -> None:
 def test_demo_leaves_no_temporary_folder(tmp_path: Any, monkeypatch: Any, capsys: Any) -> None:
     import tempfile
 
-    import spruce._demo
+    import spruce.cli._demo_minilm
 
     scratch = tmp_path / "tmp"
     scratch.mkdir()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import spruce
-from spruce import _jit
+from spruce.jax import _split
 import spruce.nn as nn
 import spruce.tree as st
 from spruce.jax import filter_grad, filter_jit, filter_value_and_grad, filter_vmap
@@ -127,7 +127,7 @@ def test_filter_vmap() -> None:
 def _walk(tree: Any) -> tuple[list[Any], list[Any]]:
     key: list[Any] = []
     dyn: list[Any] = []
-    _jit._walk(tree, key, dyn)
+    _split._walk(tree, key, dyn)
     return key, dyn
 
 

@@ -516,7 +516,7 @@ def test_filter_jit_sharing_between_wrappers() -> None:
 
 
 def test_filter_jit_shared_cache_is_bounded_and_thread_safe() -> None:
-    from spruce import _jit
+    from spruce.jax import _jit
 
     def g(x: jax.Array) -> jax.Array:
         return x - 1

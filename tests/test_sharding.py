@@ -26,6 +26,7 @@ from jax.sharding import PartitionSpec as P
 
 import spruce.io as sio
 import spruce.sharding as sh
+from spruce.sharding import _specs as sh_specs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, "sharding_cases.py")
@@ -221,16 +222,16 @@ def test_specs_cache_keeps_trees_of_one_size_apart() -> None:
     for _ in range(2):
         for name, t in (("enc", enc), ("dec", dec)):
             leaves, treedef = st.flatten(t)
-            got = sh._resolve_tree(leaves, treedef, t, rules, None)
+            got = sh_specs._resolve_tree(leaves, treedef, t, rules, None)
             assert resolved.setdefault(name, got) is got
     assert sh.specs(enc, rules) == {"enc": {"q": P("m"), "k": P("m")}}
     assert sh.specs(dec, rules) == {"dec": {"q": P(), "k": P()}}
     # and the cache stays bounded
-    for i in range(3 * sh._CACHE_SIZE):  # as many structures of one size, and as many rules
+    for i in range(3 * sh_specs._CACHE_SIZE):  # as many structures of one size, and as many rules
         sh.specs({f"k{i}": np.zeros(4)}, rules)
         sh.specs({"k": np.zeros(4)}, sh.Rules([(f"k{i}", None), ("**", None)]))
-    assert sum(len(w) for w in sh._cache.values()) == sh._cached[0] <= sh._CACHE_SIZE
-    assert max(len(w) for w in sh._cache.values()) <= sh._CACHE_WAYS
+    assert sum(len(w) for w in sh_specs._cache.values()) == sh_specs._cached[0] <= sh_specs._CACHE_SIZE
+    assert max(len(w) for w in sh_specs._cache.values()) <= sh_specs._CACHE_WAYS
 
 
 def test_specs_cache_tells_equal_dict_keys_with_other_names_apart() -> None:

@@ -1,4 +1,4 @@
-"""The filtered transforms of spruce._transforms (re-exported by spruce.jax) and
+"""The filtered transforms of spruce.jax._transforms (re-exported by spruce.jax) and
 spruce.apply_updates: each against the plain JAX transform on a plain function, then on
 pytrees holding non-array leaves (Modules with functions and strings, Python numbers)."""
 

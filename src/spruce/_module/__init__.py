@@ -5,9 +5,9 @@ public functions of ``spruce.tree``.  JAX is never imported here; Module classes
 ``jax.tree_util`` as every spruce registration does (see ``spruce/_jax_bridge.py``).
 """
 
-from ._arrays import is_array as is_array
-from ._arrays import is_array_like as is_array_like
-from ._arrays import is_inexact_array as is_inexact_array
+from .._arrays import is_array as is_array
+from .._arrays import is_array_like as is_array_like
+from .._arrays import is_inexact_array as is_inexact_array
 from ._field import field as field
 from ._module import Module as Module
 from ._pretty import pformat as pformat

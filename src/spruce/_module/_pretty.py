@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from ._arrays import array_summary, is_array
+from .._arrays import array_summary, is_array
 
 # Containers nested deeper than this print as ``[...]`` when ``max_depth`` is None.  Deep enough
 # for any real model (a module tree is rarely 20 levels deep); shallow enough that the broken-up

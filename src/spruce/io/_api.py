@@ -16,7 +16,7 @@ from . import _npz, _safetensors, _sharded, _torch
 from ._dtypes import NPZ_NAMES, SAFETENSORS_NAMES, describe, dtype_of
 from ._errors import CheckpointError, MismatchError
 from ._files import Entry, MappedFile, Parsed, atomic_write, open_regular, open_same, shape_size, with_path
-from ._names import flatten_names, unflatten_names
+from .._names import flatten_names, unflatten_names
 from ._structure import FORMAT_VERSION, TREEDEF_KEY, Decoder, LeafSpec, encode_tree, leaf_table
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
@@ -672,7 +672,7 @@ def _place(reader: Any, name: str, sharding: Any, dtype: np.dtype[Any], where: s
 
     spec = getattr(sharding, "spec", None)
     if isinstance(spec, jax.sharding.PartitionSpec) and len(spec) > len(e.shape):
-        from ..sharding import ShardingError
+        from .._place import ShardingError
 
         raise ShardingError(
             f"load: {where or '<root>'}: the sharding {spec} does not fit the tensor of shape "
@@ -684,7 +684,7 @@ def _place(reader: Any, name: str, sharding: Any, dtype: np.dtype[Any], where: s
     except Exception as err:
         if failed or isinstance(err, (CheckpointError, OSError)):
             raise
-        from ..sharding import ShardingError
+        from .._place import ShardingError
 
         spec = getattr(sharding, "spec", sharding)
         raise ShardingError(
@@ -737,7 +737,7 @@ def _shardings_for(shardings: Any, like: Any, n: int) -> list[Any]:
     of ``like`` (None entries: not placed)."""
     if shardings is None:
         return [None] * n
-    from .._shard import leaf_shardings
+    from .._place import leaf_shardings
 
     return leaf_shardings(shardings, like, "load", "like")
 

@@ -40,7 +40,7 @@ import numpy as np
 from .. import tree as _tree
 from ._dtypes import describe, name_of
 from ._errors import CheckpointError
-from ._names import component, escaper, path_text
+from .._names import component, escaper, path_text
 from ._values import NotData, class_ref, decode_value, describe_code, encode_value, resolve
 
 FORMAT_VERSION: Final = 1

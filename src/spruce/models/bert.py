@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import nn, tree
-from .._surgery import tree_at
+from .._module._surgery import tree_at
 from .._module import Module, field
 
 __all__ = [

@@ -10,7 +10,7 @@ tokens, then L2 normalisation.
 
 Public API: ``load()`` (the Module), ``encode(sentences)`` (the embeddings), ``model_path()``,
 ``EMBEDDING_SIZE``, and ``enable_compilation_cache()``.  The ``spruce demo`` command that
-shows them is in ``spruce._demo``.
+shows them is in ``spruce.cli._demo_minilm``.
 
 Design: ``encode`` packs the sentences, longest first, into rows of 128 tokens (256 when a
 sentence is longer), several per row with a block-diagonal attention mask, and runs one

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from .. import tree as _tree
 from .._module import Module, field
-from .._surgery import tree_at
+from .._module._surgery import tree_at
 
 
 class Shared(Module):

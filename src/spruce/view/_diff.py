@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import tree as _tree
-from .._summary import format_bytes
+from .._arrays import format_bytes
 from ..io import TensorInfo, path_name
 from ._model import _array_info, safe_repr
 from ._stats import fmt

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .._summary import format_bytes
+from .._arrays import format_bytes
 from . import _model
 from ._model import ARRAY, CYCLE, LEAF, NODE, NONE, SHARED, Model, Node, shorten
 from ._sharding import device_grid, device_memory, leaf_layout

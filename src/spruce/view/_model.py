@@ -12,7 +12,7 @@ import math
 from typing import Any, Callable
 
 from .. import tree as _tree
-from .._summary import _shape_and_itemsize
+from .._arrays import shape_and_itemsize
 from ..io import TensorInfo, path_name
 
 # Node kinds.
@@ -113,7 +113,7 @@ _DTYPE_NAMES: dict[Any, str] = {}
 def _array_info(x: Any) -> tuple[str, tuple[int, ...], int] | None:
     """``(dtype name, shape, itemsize)`` of an array-like leaf, else None (never raises)."""
     try:
-        shaped = _shape_and_itemsize(x)
+        shaped = shape_and_itemsize(x)
         if shaped is None:
             return None
         dtype = x.dtype

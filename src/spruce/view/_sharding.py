@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from .._summary import format_bytes
+from .._arrays import format_bytes
 from ._style import PALETTE, bar, esc, page
 
 Spec = tuple[tuple[str, ...], ...]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Literal
 
-from .._summary import format_bytes
+from .._arrays import format_bytes
 from . import _model
 from ._model import ARRAY, NODE, SHARED, Model, Node
 from ._style import PALETTE, dtype_colour, esc

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ._summary import format_bytes
+from .._arrays import format_bytes
 
 SENTENCES = (
     "A man is playing a guitar on stage.",

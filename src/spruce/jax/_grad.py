@@ -8,8 +8,9 @@ from typing import Any, Callable
 
 import jax
 
-from ._filters import combine, partition
-from ._module._arrays import is_inexact_array
+from .._arrays import is_inexact_array
+from .._module._filters import combine, partition
+
 
 def _grad_wrapper(fun: Callable[..., Any], has_aux: bool, value: bool) -> Callable[..., Any]:
     name = "filter_value_and_grad" if value else "filter_grad"

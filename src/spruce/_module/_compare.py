@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from . import tree as _tree
-from ._tree._text import clip
-from ._module._arrays import array_summary, is_array
+from .. import tree as _tree
+from .._tree._text import clip
+from .._arrays import array_summary, is_array
 
 
 def _is_tracer(x: Any) -> bool:

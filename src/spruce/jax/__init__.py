@@ -16,10 +16,10 @@ import hook described in ``spruce/_jax_bridge.py``).
 
 from __future__ import annotations
 
+from .. import _jax_bridge
 from ._grad import filter_grad as filter_grad
 from ._grad import filter_value_and_grad as filter_value_and_grad
 from ._jit import filter_jit as filter_jit
-from . import _jax_bridge
 from ._ravel import ravel_pytree as ravel_pytree
 from ._shard import filter_shard as filter_shard
 from ._transforms import filter_checkpoint as filter_checkpoint

@@ -1,4 +1,6 @@
-"""Array predicates that never import JAX or NumPy themselves.
+"""Leaf facts shared by every layer, that never import JAX or NumPy themselves: the array
+predicates (``is_array`` and kin), array summaries (``f32[2,3]``), shape and itemsize of an
+array-like leaf, and the one byte formatter.
 
 An object can only be a ``jax.Array`` if JAX has been imported, and a NumPy array only if NumPy
 has been; the modules are looked up in ``sys.modules`` so that ``import spruce`` stays free of
@@ -77,3 +79,56 @@ def array_summary(x: Any) -> str:
     if np is not None and isinstance(x, (np.ndarray, np.generic)):
         text += "(numpy)"
     return text
+
+
+def _is_dim(d: object) -> bool:
+    return isinstance(d, int) and not isinstance(d, bool) and d >= 0
+
+
+def shape_and_itemsize(x: Any) -> tuple[tuple[int, ...], int] | None:
+    """``(shape, dtype.itemsize)`` of a leaf that ``summary`` counts, else None.
+
+    Counted: an object (not a class) whose ``shape`` is a tuple of non-negative ints and whose
+    ``dtype`` is a ``numpy.dtype`` (ml_dtypes' bfloat16, int4, float8_* included) or a JAX
+    extended dtype (PRNG keys): JAX and NumPy arrays and scalars, tracers, and
+    ``jax.ShapeDtypeStruct``.  NumPy and JAX are looked up in ``sys.modules``, never imported:
+    a dtype of theirs cannot exist before they are.
+    """
+    if isinstance(x, type):
+        return None
+    shape = getattr(x, "shape", None)
+    if not isinstance(shape, tuple) or not all(_is_dim(d) for d in shape):
+        return None
+    dtype = getattr(x, "dtype", None)
+    itemsize = getattr(dtype, "itemsize", None)
+    if type(itemsize) is not int:
+        return None
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(dtype, np.dtype):
+        return shape, itemsize
+    jax = sys.modules.get("jax")
+    if jax is not None and not isinstance(dtype, type):
+        try:
+            if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
+                return shape, itemsize
+        except TypeError:  # not a dtype JAX knows (e.g. another library's)
+            pass
+    return None
+
+
+def format_bytes(n: int) -> str:
+    """A byte count in binary units with one decimal: ``'100 B'``, ``'1.5 KiB'``, ``'86.6 MiB'``
+    (B, KiB, MiB, GiB, TiB; exact bytes below 1 KiB).  The one byte formatter of spruce's
+    tables, pages and command line.
+
+    >>> format_bytes(100), format_bytes(1536), format_bytes(90_854_912), format_bytes(2**43)
+    ('100 B', '1.5 KiB', '86.6 MiB', '8.0 TiB')
+    """
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"

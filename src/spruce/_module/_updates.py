@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import tree as _tree
+from .. import tree as _tree
 
 
 def _is_none(x: Any) -> bool:

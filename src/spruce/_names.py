@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Mapping
 
-from .. import tree as _tree
+from . import tree as _tree
 
 _CANONICAL_INDEX = re.compile(r"0|[1-9][0-9]*")
 

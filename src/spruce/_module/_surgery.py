@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
-from . import tree as _tree
-from ._module._module import _check_static, _ModuleMeta
+from .. import tree as _tree
+from ._module import _check_static, _ModuleMeta
 
 _NO_VALUE: Any = object()
 

@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any, Callable, NamedTuple, NoReturn, Sequence
 
-from ._summary import format_bytes
+from .._arrays import format_bytes
 
 __all__ = ["main"]
 
@@ -506,11 +506,11 @@ def _treemap(args: argparse.Namespace, out: Any) -> int:
 
 def _demo(args: argparse.Namespace, out: Any) -> int:
     if args.model == "crepe":
-        from spruce._demo_crepe import demo as crepe_demo
+        from spruce.cli._demo_crepe import demo as crepe_demo
 
         crepe_demo(out)
         return 0
-    from spruce import _demo as demo
+    from spruce.cli import _demo_minilm as demo
 
     demo.run(out, out_dir=args.out)
     return 0

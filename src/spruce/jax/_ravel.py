@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import tree as _tree
+from .. import tree as _tree
 
 
 class _Unravel:

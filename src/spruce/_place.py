@@ -1,21 +1,84 @@
-"""``filter_shard`` and the one helper that lines a tree of shardings up with the leaves of a
-pytree (imports JAX; ``filter_shard`` is re-exported by ``spruce.jax``).
+"""Placement vocabulary shared by the JAX layer, ``spruce.io`` and ``spruce.sharding`` (imports
+JAX).
 
-``leaf_shardings`` is shared by ``filter_shard``, ``filter_jit(in_shardings=, out_shardings=)``
-and ``spruce.io.load(..., shardings=)``: a ``Sharding``, a ``Device`` or None — or a tree of
-them that is a prefix of the pytree — becomes one entry per leaf, and a bad tree is an error
-naming the key path.
+- ``ShardingError``: a tree that cannot be laid out as asked (public as
+  ``spruce.sharding.ShardingError``).
+- ``axes_of``, ``parts_of``, ``indivisible``: how a ``PartitionSpec`` entry splits a dimension
+  over the mesh axes, and which dimensions it does not divide (with the text that says so).
+- ``leaf_shardings``: a Sharding, a Device, None, or a prefix tree of them, lined up with the
+  leaves of a pytree (used by ``filter_shard``, ``filter_jit(in_shardings=)`` and
+  ``spruce.io.load(..., shardings=)``).
+- ``place``: each array leaf on its sharding (``jax.device_put``, or a sharding constraint on a
+  tracer; a ``ShapeDtypeStruct`` gets the sharding as its own).
+
+Everything that places arrays imports it from here, downward; nothing here imports a layer above
+the engine's public functions.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import jax
 from jax.sharding import PartitionSpec, Sharding, SingleDeviceSharding
 
 from . import tree as _tree
-from ._module._arrays import is_array
+from ._arrays import is_array
+
+
+class ShardingError(ValueError):
+    """A tree cannot be laid out by the given rules on the given mesh.
+
+    Raised for an array leaf that no rule matches (strict rules), a spec with more entries
+    than the array has dimensions, a mesh axis the mesh does not have, one mesh axis used twice
+    in one spec, and a dimension that the mesh axes do not divide (``on_indivisible="error"``).
+    The message names the key path and, where it applies, the shape, the dimension, the mesh
+    axis and its size.
+    """
+
+
+
+def axes_of(entry: Any) -> tuple[str, ...]:
+    if entry is None:
+        return ()
+    if isinstance(entry, tuple):
+        return tuple(entry)
+    return (entry,)
+
+
+def indivisible(shape: tuple[int, ...], spec: Any, mesh_shape: Mapping[str, int]) -> list[tuple[int, str]]:
+    """The dimensions of ``shape`` that their mesh axes in ``spec`` do not divide, each with the
+    text that says so (the dimension, its length, each mesh axis and its size).
+
+    Raises:
+      ShardingError: ``spec`` names a mesh axis that ``mesh_shape`` does not have.
+    """
+    out = []
+    for dim, entry in enumerate(spec):
+        axes = axes_of(entry)
+        if not axes or dim >= len(shape):
+            continue
+        for axis in axes:
+            if axis not in mesh_shape:
+                raise ShardingError(
+                    f"the spec {spec} names mesh axis {axis!r}, which the mesh {dict(mesh_shape)} does not have"
+                )
+        if shape[dim] % parts_of(entry, mesh_shape):
+            split = " x ".join(f"{a!r} of size {mesh_shape[a]}" for a in axes)
+            out.append(
+                (dim, f"dimension {dim} of shape {shape} has length {shape[dim]}, which mesh axis {split} does not divide (spec {spec})")
+            )
+    return out
+
+
+def parts_of(entry: Any, mesh_shape: Mapping[str, int]) -> int:
+    """Into how many parts one entry of a spec splits its dimension (the mesh axes' sizes
+    multiplied; 1 for None)."""
+    n = 1
+    for axis in axes_of(entry):
+        n *= mesh_shape[axis]
+    return n
+
 
 
 class _Box:
@@ -85,48 +148,6 @@ _constrain: Any = jax.lax.with_sharding_constraint  # (both untyped in jax's stu
 _abstract: Any = jax.ShapeDtypeStruct
 
 
-def filter_shard(x: Any, device_or_shardings: Any) -> Any:
-    """Place the array leaves of ``x``: ``jax.device_put`` outside a trace, and
-    ``jax.lax.with_sharding_constraint`` on traced leaves (inside ``jax.jit`` /
-    ``filter_jit``).  Non-array leaves (Python numbers, strings, functions, static Module
-    fields) pass through unchanged.
-
-    Args:
-      x: any pytree.
-      device_or_shardings: a ``jax.Device``, a ``jax.sharding.Sharding``, or a tree of them (or
-        None: that subtree is left where it is) whose structure is a prefix of ``x``'s; e.g.
-        ``spruce.sharding.shardings(x, mesh, rules)``, whose None entries for non-array leaves
-        fit.  An entry that covers a subtree applies to every array leaf in it.
-
-    Returns:
-      A tree of the same structure: array leaves as ``jax.Array``s on their shardings (NumPy
-      arrays are copied to the devices, each receiving only its slice), or constrained tracers;
-      a ``jax.ShapeDtypeStruct`` leaf gets the sharding as its own (an abstract placement).
-
-    Raises:
-      TypeError: an entry that is not a Sharding, Device or None (naming its key path).
-      ValueError: the shardings are not a prefix of ``x`` (naming the key path); a sharding that
-        does not fit its array (naming the key path; JAX's error is chained).
-
-    Follows ``equinox.filter_shard``, except that None entries leave a subtree alone, and that
-    outside a trace it calls ``jax.device_put`` (equinox uses ``with_sharding_constraint``
-    everywhere).
-
-    >>> import jax, numpy as np
-    >>> out = filter_shard({'w': np.ones(2), 'act': 'relu'}, jax.devices()[0])
-    >>> type(out['w']).__name__, out['act'], out['w'].sharding.device_set == {jax.devices()[0]}
-    ('ArrayImpl', 'relu', True)
-    """
-    leaves, treedef = _tree.flatten(x)
-    placements = leaf_shardings(device_or_shardings, x, "filter_shard")
-
-    def where(i: int) -> str:
-        path = _tree.leaves_with_path(x)[i][0]
-        return f"key path {_tree.keystr(path)}" if path else "the root"
-
-    return treedef.unflatten(place(leaves, placements, "filter_shard", where))
-
-
 def place(leaves: list[Any], placements: list[Any], what: str, where: Callable[[int], str]) -> list[Any]:
     """Each array leaf on its sharding (None: left as it is): ``jax.device_put``, or
     ``with_sharding_constraint`` for a tracer; a ``jax.ShapeDtypeStruct`` gets the sharding as
@@ -167,13 +188,11 @@ def _why(shape: tuple[int, ...], sharding: Any) -> str:
     """``'; dimension 0 of shape (6, 4) has length 6, which mesh axis ...'`` for a
     ``NamedSharding`` whose mesh axes do not divide ``shape`` (the text of
     ``spruce.sharding``'s own error), else ``''``."""
-    from .sharding import ShardingError, _indivisible
-
     spec, mesh = getattr(sharding, "spec", None), getattr(sharding, "mesh", None)
     if spec is None or mesh is None:
         return ""
     try:
-        bad = _indivisible(shape, spec, dict(mesh.shape))
+        bad = indivisible(shape, spec, dict(mesh.shape))
     except ShardingError:
         return ""
     return f"; {bad[0][1]}" if bad else ""

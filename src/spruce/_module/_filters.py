@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import tree as _tree
+from .. import tree as _tree
 
 IsLeaf = Callable[[Any], bool] | None
 

@@ -8,9 +8,10 @@ from typing import Any, Callable, Hashable
 
 import jax
 
-from . import tree as _tree
-from ._jit import _merge, _split
-from ._module._arrays import is_array
+from .. import tree as _tree
+from .._arrays import is_array
+from ._split import _merge, _split
+
 
 def filter_vmap(
     fun: Callable[..., Any] | None = None,

@@ -16,9 +16,9 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from . import tree as _tree
-from ._filters import combine, partition
-from ._module._arrays import is_array, is_inexact_array
+from .. import tree as _tree
+from .._arrays import is_array, is_inexact_array
+from .._module._filters import combine, partition
 
 __all__ = [
     "filter_checkpoint",

@@ -4,46 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from typing import Any
 
-from . import tree as _tree
-from ._module._arrays import array_summary
-
-
-def _is_dim(d: object) -> bool:
-    return isinstance(d, int) and not isinstance(d, bool) and d >= 0
-
-
-def _shape_and_itemsize(x: Any) -> tuple[tuple[int, ...], int] | None:
-    """``(shape, dtype.itemsize)`` of a leaf that ``summary`` counts, else None.
-
-    Counted: an object (not a class) whose ``shape`` is a tuple of non-negative ints and whose
-    ``dtype`` is a ``numpy.dtype`` (ml_dtypes' bfloat16, int4, float8_* included) or a JAX
-    extended dtype (PRNG keys): JAX and NumPy arrays and scalars, tracers, and
-    ``jax.ShapeDtypeStruct``.  NumPy and JAX are looked up in ``sys.modules``, never imported:
-    a dtype of theirs cannot exist before they are.
-    """
-    if isinstance(x, type):
-        return None
-    shape = getattr(x, "shape", None)
-    if not isinstance(shape, tuple) or not all(_is_dim(d) for d in shape):
-        return None
-    dtype = getattr(x, "dtype", None)
-    itemsize = getattr(dtype, "itemsize", None)
-    if type(itemsize) is not int:
-        return None
-    np = sys.modules.get("numpy")
-    if np is not None and isinstance(dtype, np.dtype):
-        return shape, itemsize
-    jax = sys.modules.get("jax")
-    if jax is not None and not isinstance(dtype, type):
-        try:
-            if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
-                return shape, itemsize
-        except TypeError:  # not a dtype JAX knows (e.g. another library's)
-            pass
-    return None
+from .. import tree as _tree
+from .._arrays import array_summary, format_bytes, shape_and_itemsize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,24 +57,6 @@ class Summary:
         return "\n".join(lines)
 
 
-def format_bytes(n: int) -> str:
-    """A byte count in binary units with one decimal: ``'100 B'``, ``'1.5 KiB'``, ``'86.6 MiB'``
-    (B, KiB, MiB, GiB, TiB; exact bytes below 1 KiB).  The one byte formatter of spruce's
-    tables, pages and command line.
-
-    >>> format_bytes(100), format_bytes(1536), format_bytes(90_854_912), format_bytes(2**43)
-    ('100 B', '1.5 KiB', '86.6 MiB', '8.0 TiB')
-    """
-    if n < 1024:
-        return f"{n} B"
-    value = float(n)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024 or unit == "TiB":
-            break
-    return f"{value:.1f} {unit}"
-
-
 def summary(tree: Any, *, max_depth: int | None = 2, is_leaf: Any = None) -> Summary:
     """Count parameters (array elements) and bytes of ``tree``, per subtree.
 
@@ -158,7 +104,7 @@ def summary(tree: Any, *, max_depth: int | None = 2, is_leaf: Any = None) -> Sum
     def row(path: tuple[Any, ...], node: Any) -> list[Any]:
         r = rows.get(path)
         if r is None:
-            name = type(node).__name__ if _shape_and_itemsize(node) is None else array_summary(node)
+            name = type(node).__name__ if shape_and_itemsize(node) is None else array_summary(node)
             r = [_tree.keystr(path), len(path), name, 0, 0, 0]
             rows[path] = r
         return r
@@ -179,7 +125,7 @@ def summary(tree: Any, *, max_depth: int | None = 2, is_leaf: Any = None) -> Sum
         children, _ = _tree.flatten_one_level_with_path(node)
         stack.extend((path + (k,), c) for k, c in reversed(children))
     for path, leaf in _tree.leaves_with_path(tree, is_leaf):
-        shaped = _shape_and_itemsize(leaf)
+        shaped = shape_and_itemsize(leaf)
         if shaped is None:
             continue
         size = math.prod(shaped[0])
