@@ -11,10 +11,11 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict, defaultdict, deque
-from typing import TYPE_CHECKING, Any, Callable, Final, Iterable
+from typing import Any, Callable, Final, Iterable
 
+from ._depth import begin_walk, end_walk
 from ._errors import changed_size, mismatch_detail, nodes_of, path_of, path_text
-from ._expand import EMPTY, build, build_dict, expand, structseq_fields
+from ._expand import EMPTY, expand
 from ._kinds import (
     CUSTOM,
     DEFAULTDICT,
@@ -23,9 +24,6 @@ from ._kinds import (
     LEAF,
     LIST,
     MASK,
-    MODE_DATACLASS,
-    MODE_DATACLASS_INIT,
-    MODE_STATIC,
     NAMEDTUPLE,
     NONE,
     NUM_KINDS,
@@ -34,15 +32,13 @@ from ._kinds import (
     STRUCTSEQ,
     TUPLE,
 )
-from ._nodes import CustomData, DictData, sorted_keys
-from ._registry import _is_namedtuple_type, _is_structseq_type, lookup
+from ._nodes import CustomData
 from ._text import short_repr
-
-if TYPE_CHECKING:
-    from mypy_extensions import i64  # native ints when compiled (see _traverse)
+from ._treetext import _bad, _decode, _encode, table_str
+from ._unflatten import _Plan, unflatten_plan, unflatten_steps, unflatten_table
+from ._walker import Walker
 
 _STATE_VERSION: Final = 1
-_MAX_SIZE: Final = (1 << 62)
 _active: Final[set[tuple[int, int, int]]] = set()
 
 
@@ -342,11 +338,14 @@ class PyTreeDef:
 
     def paths(self) -> list[tuple[Any, ...]]:
         """The key paths of the leaves, in leaf order (as ``leaves_with_path`` would give)."""
-        from ._traverse import leaves_with_path
-
-        placeholders = [_Placeholder() for _ in range(self._num_leaves)]
-        tree = self.unflatten(placeholders)
-        return [p for p, _ in leaves_with_path(tree, none_is_leaf=self._none_is_leaf)]
+        tree = self.unflatten([_Placeholder() for _ in range(self._num_leaves)])
+        out: list[tuple[tuple[Any, ...], Any]] = []
+        begin_walk()
+        try:
+            Walker(None, None, False, self._none_is_leaf, True, False, 0, out, [], [], []).walk([tree], EMPTY, [None], 0)
+        finally:
+            end_walk()
+        return [p for p, _ in out]
 
     # -- dunder ----------------------------------------------------------------------------
 
@@ -457,279 +456,6 @@ def span(codes: list[int], i: int, di: int) -> tuple[int, int]:
     return i, di
 
 
-# ---------------------------------------------------------------------------------------------
-# Table walks.
-
-
-def unflatten_table(codes: list[int], data: list[Any], nodes: list[int], leaves: list[Any]) -> Any:
-    """Build the tree of a node table from exactly the right number of leaves.
-
-    ``nodes`` are the positions of the non-leaf codes (so node t has node data ``data[t]``).
-    One backward pass over them, children before parents, so any depth costs neither C stack
-    nor recursion, and runs of leaves cost nothing to skip.  Built nodes wait on a stack (the
-    nearest one in pre-order on top; the stack never shrinks, ``sp`` marks its top, so pushes
-    and pops never reallocate it).  The leaves met since the last node are not pushed but kept
-    pending as the slice ``leaves[lo:hi]``: a node whose children are all leaves takes them as
-    one slice (a dict reads them in place, without one), and only leaves that belong to an
-    ancestor are pushed, once each.
-    """
-    if not nodes:  # the root is a leaf
-        return leaves[0]
-    stack: list[Any] = []
-    sp: i64 = 0
-    hi: i64 = len(leaves)
-    lo: i64 = hi
-    after: i64 = len(codes)  # position of the node handled last (children before parents)
-    t: i64 = len(nodes) - 1
-    while t >= 0:
-        p: i64 = nodes[t]
-        lo -= after - p - 1  # the leaf codes between this node and that one
-        after = p
-        c = codes[p]
-        k: i64 = c >> SHIFT
-        pending: i64 = hi - lo
-        if k <= pending:
-            # pending leaves after this node's own belong to an ancestor: they go under it
-            j: i64 = hi - 1
-            while j >= lo + k:
-                if sp < len(stack):
-                    stack[sp] = leaves[j]
-                else:
-                    stack.append(leaves[j])
-                sp += 1
-                j -= 1
-            # its own are leaves[lo:lo + k]: a dict reads them there, other nodes get a slice
-            # (a None hole, common in optimizer states, gets nothing)
-            if c == NONE:
-                node: Any = None
-            elif c & MASK == DICT:
-                node = build_dict(data[t], leaves, lo)
-            elif c & MASK == CUSTOM:
-                cd: CustomData = data[t]  # typed first: attribute reads on Any are generic lookups
-                info = cd.info
-                if info.mode == MODE_DATACLASS:
-                    node = info.build_dataclass(cd.aux, leaves, lo)
-                else:
-                    node = info.unflatten_node(cd.aux, leaves[lo : lo + k])
-            else:
-                ch = leaves[lo : lo + k]
-                node = ch if c & MASK == LIST else build(c, data[t], ch)
-        else:
-            if pending == 0:
-                m: i64 = sp - k
-                if k == 1:
-                    ch = [stack[m]]
-                else:
-                    ch = stack[m:sp]
-                    ch.reverse()
-            else:
-                ch = leaves[lo:hi]
-                m = sp - (k - pending)
-                j = sp - 1
-                while j >= m:
-                    ch.append(stack[j])
-                    j -= 1
-            sp = m
-            # a fresh list (a slice or made here): a list node is that list, as build gives
-            node = ch if c & MASK == LIST else build(c, data[t], ch)
-        hi = lo
-        if sp < len(stack):
-            stack[sp] = node
-        else:
-            stack.append(node)
-        sp += 1
-        t -= 1
-    return stack[0]
-
-
-# How unflatten makes one node (``_Step.op``): from leaves in a row, from the nodes built just
-# before it, or from a per-child layout.
-_DICT_AT: Final = 0  # a dict whose children are leaves[lo:lo + k], read in place
-_DATACLASS_AT: Final = 1  # a register_dataclass node whose children are leaves[lo:lo + k]
-_SLICE: Final = 2  # any other node whose children are leaves[lo:lo + k] (or which has none)
-_WRAP: Final = 3  # one child, the node built last (a chain's level)
-_NODES: Final = 4  # k children, all nodes, the first of them built last
-_MIXED: Final = 5  # ``layout`` gives each child: a leaf's index, _BUILT or _HOLE
-_BUILT: Final = -1  # in a layout: the next built node
-_HOLE: Final = -2  # in a layout: a None node (no step of its own)
-
-
-class _Step:
-    """One node of a PyTreeDef as unflatten builds it; see ``unflatten_plan``."""
-
-    op: i64
-    code: int
-    data: Any
-    k: i64
-    lo: i64
-    layout: list[int]
-
-    def __init__(self, op: i64, code: int, data: Any, k: i64, lo: i64, layout: list[int]) -> None:
-        self.op = op
-        self.code = code
-        self.data = data
-        self.k = k
-        self.lo = lo
-        self.layout = layout
-
-
-class _Plan:
-    """How to unflatten one PyTreeDef, made on its second unflatten (``unflatten_plan``).
-
-    ``steps`` are its nodes in reverse pre-order, so every node comes after its children and
-    right after its first child node; ``blank`` is a list of Nones as long as the deepest the
-    stack of built nodes gets.
-    """
-
-    steps: list[_Step]
-    blank: list[Any]
-
-    def __init__(self, steps: list[_Step], blank: list[Any]) -> None:
-        self.steps = steps
-        self.blank = blank
-
-
-def unflatten_plan(codes: list[int], data: list[Any], num_leaves: i64) -> _Plan:
-    """The ``_Plan`` of a node table: one ``_Step`` per node, None nodes under a parent
-    excepted (the parent puts None there itself).
-
-    One backward pass over the table.  The leaves met since the last node are kept pending as
-    the range ``lo:hi``: a node with at most that many children takes them all from there.
-    Children that belong to a node further up wait on the stack ``entries`` (the nearest in
-    pre-order on top; ``sp`` marks its top, so it never shrinks): a leaf's index, _BUILT for
-    a node or _HOLE for a None node.
-    """
-    steps: list[_Step] = []
-    entries: list[int] = []
-    sp: i64 = 0
-    built: i64 = 0  # _BUILT entries: the nodes unflatten holds on its own stack at that point
-    most: i64 = 0
-    hi: i64 = num_leaves
-    lo: i64 = hi
-    di: i64 = len(data)
-    i: i64 = len(codes) - 1
-    while i >= 0:
-        c = codes[i]
-        i -= 1
-        if c == LEAF:
-            lo -= 1
-            continue
-        di -= 1
-        k: i64 = c >> SHIFT
-        pending: i64 = hi - lo
-        # pending leaves that are not this node's belong to an ancestor
-        j: i64 = hi - 1
-        while j >= lo + k:
-            _put(entries, sp, j)
-            sp += 1
-            j -= 1
-        hi = lo
-        if c == NONE and i >= 0:  # a None node under a parent: its parent puts None there
-            _put(entries, sp, _HOLE)
-            sp += 1
-            continue
-        kind = c & MASK
-        op: i64 = _SLICE
-        layout: list[int] = EMPTY
-        if k <= pending:
-            if kind == DICT:
-                op = _DICT_AT
-            elif kind == CUSTOM:
-                cd: CustomData = data[di]
-                if cd.info.mode == MODE_DATACLASS:
-                    op = _DATACLASS_AT
-        else:
-            # its children: the pending leaves, then the top k - pending entries
-            m: i64 = sp - (k - pending)
-            taken: i64 = 0
-            j = m
-            while j < sp:
-                if entries[j] == _BUILT:
-                    taken += 1
-                j += 1
-            if taken == k:
-                op = _WRAP if k == 1 else _NODES
-            else:
-                op = _MIXED
-                layout = [x for x in range(lo, lo + pending)]
-                j = sp - 1
-                while j >= m:
-                    layout.append(entries[j])
-                    j -= 1
-            sp = m
-            built -= taken
-        steps.append(_Step(op, c, data[di], k, lo, layout))
-        _put(entries, sp, _BUILT)
-        sp += 1
-        built += 1
-        if built > most:
-            most = built
-    return _Plan(steps, [None] * (most + 1))
-
-
-def _put(stack: list[int], sp: i64, x: int) -> None:
-    """``stack[sp] = x``, growing the stack by one if it is full."""
-    if sp < len(stack):
-        stack[sp] = x
-    else:
-        stack.append(x)
-
-
-def unflatten_steps(plan: _Plan, leaves: list[Any]) -> Any:
-    """``unflatten_table`` by a plan (``unflatten_plan``).
-
-    The steps come children before parents, so any depth costs neither C stack nor recursion.
-    The node built last is kept in ``top``: a chain's next level wraps it without touching the
-    stack.  Any other step first pushes it, so the stack holds, top first, the nodes built and
-    not yet taken, the next node's first child on top.  The stack is allocated once at its
-    full size (``sp`` marks its top).
-    """
-    steps = plan.steps
-    if not steps:  # the root is a leaf
-        return leaves[0]
-    stack = plan.blank[:]
-    sp: i64 = 0
-    top: Any = None
-    for s in steps:
-        op = s.op
-        if op == _WRAP:
-            ch = [top]
-            code = s.code
-            top = ch if code & MASK == LIST else build(code, s.data, ch)
-            continue
-        stack[sp] = top
-        sp += 1
-        if op == _DICT_AT:
-            top = build_dict(s.data, leaves, s.lo)
-        elif op == _SLICE:
-            lo = s.lo
-            ch = leaves[lo : lo + s.k]
-            code = s.code
-            top = ch if code & MASK == LIST else build(code, s.data, ch)
-        elif op == _DATACLASS_AT:
-            cd: CustomData = s.data
-            top = cd.info.build_dataclass(cd.aux, leaves, s.lo)
-        else:
-            if op == _NODES:
-                m: i64 = sp - s.k
-                ch = stack[m:sp]
-                ch.reverse()
-                sp = m
-            else:
-                ch = []
-                for j in s.layout:
-                    if j >= 0:
-                        ch.append(leaves[j])
-                    elif j == _BUILT:
-                        sp -= 1
-                        ch.append(stack[sp])
-                    else:
-                        ch.append(None)
-            code = s.code
-            top = ch if code & MASK == LIST else build(code, s.data, ch)
-    return top
-
-
 def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str) -> list[Any]:
     """Subtrees of ``tree`` at the leaves of ``td``; a clear ValueError on mismatch."""
     codes = td._codes
@@ -775,169 +501,6 @@ def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str) -> list[Any]:
         pos = 0
         n = len(ych)
     return out
-
-
-def _open(out: list[str], code: int, d: Any) -> None:
-    kind = code & MASK
-    if kind == NONE:
-        out.append("None")
-    elif kind == TUPLE:
-        out.append("(")
-    elif kind == LIST:
-        out.append("[")
-    elif kind == DICT:
-        out.append("{")
-    elif kind == NAMEDTUPLE:
-        out.append(f"CustomNode(namedtuple[{d.__name__}], [")
-    elif kind == ORDEREDDICT:
-        out.append(f"CustomNode(OrderedDict[{tuple(d.keys)!r}], [")
-    elif kind == DEFAULTDICT:
-        out.append(f"CustomNode(defaultdict[{(d.factory, tuple(d.keys))!r}], [")
-    elif kind == DEQUE:
-        out.append("deque([")
-    elif kind == STRUCTSEQ:
-        out.append(f"{d.__module__}.{d.__name__}(")
-    else:
-        cd: CustomData = d
-        out.append(f"CustomNode({cd.info.nodetype.__name__}[{cd.aux_text()}], [")
-
-
-def _close(out: list[str], code: int, d: Any) -> None:
-    kind = code & MASK
-    if kind == TUPLE:
-        out.append(",)" if code >> SHIFT == 1 else ")")
-    elif kind == LIST:
-        out.append("]")
-    elif kind == DICT:
-        out.append("}")
-    elif kind == DEQUE:
-        out.append("])" if d is None else f"], maxlen={d})")
-    elif kind == STRUCTSEQ:
-        out.append(")")
-    elif kind != NONE:
-        out.append("])")
-
-
-def _child_prefix(out: list[str], code: int, d: Any, i: int) -> None:
-    kind = code & MASK
-    if kind == DICT:
-        out.append(f"{d.keys[i]!r}: ")
-    elif kind == STRUCTSEQ:
-        names = structseq_fields(d)
-        if i < len(names):
-            out.append(f"{names[i]}=")
-
-
-def table_str(codes: list[int], data: list[Any]) -> str:
-    """The JAX-style string of a node table (without the ``PyTreeDef(...)`` wrapper).
-
-    Emitted as a flat list of pieces in one pre-order pass, so its cost is linear in the size
-    of the result whatever the depth.
-    """
-    out: list[str] = []
-    st_code: list[int] = []
-    st_data: list[Any] = []
-    st_next: list[int] = []  # index of the next child of each open node
-    di = 0
-    for c in codes:
-        if st_code:
-            i = st_next[-1]
-            if i > 0:
-                out.append(", ")
-            _child_prefix(out, st_code[-1], st_data[-1], i)
-            st_next[-1] = i + 1
-        if c == LEAF:
-            out.append("*")
-        else:
-            d = data[di]
-            di += 1
-            _open(out, c, d)
-            if c >> SHIFT != 0:
-                st_code.append(c)
-                st_data.append(d)
-                st_next.append(0)
-                continue
-            _close(out, c, d)
-        while st_code and st_next[-1] == st_code[-1] >> SHIFT:
-            _close(out, st_code.pop(), st_data.pop())
-            st_next.pop()
-    return "".join(out)
-
-
-# ---------------------------------------------------------------------------------------------
-# Pickling: the state is plain data; loading validates all of it.
-
-
-def _encode(d: Any) -> Any:
-    if isinstance(d, DictData):
-        return ("dict", tuple(d.keys), None if d.order is None else tuple(d.order), d.factory)
-    if isinstance(d, CustomData):
-        return ("custom", d.info.nodetype, d.aux)
-    return d
-
-
-def _bad(msg: str) -> ValueError:
-    return ValueError(f"invalid PyTreeDef pickle state: {msg}")
-
-
-def _decode(kind: int, arity: int, d: Any) -> Any:
-    if kind == NONE or kind == TUPLE or kind == LIST:
-        if d is not None:
-            raise _bad(f"a {('None', 'tuple', 'list')[kind - 1]} node has node data {short_repr(d)}")
-        if kind == NONE and arity != 0:
-            raise _bad("a None node has children")
-        return None
-    if kind == DICT or kind == ORDEREDDICT or kind == DEFAULTDICT:
-        if not (isinstance(d, tuple) and len(d) == 4 and d[0] == "dict" and isinstance(d[1], tuple)):
-            raise _bad(f"dict node data must be ('dict', keys, order, factory), got {short_repr(d)}")
-        keys, order, factory = d[1], d[2], d[3]
-        if len(keys) != arity:
-            raise _bad(f"a dict node has {arity} children but {len(keys)} keys")
-        try:
-            key_set = set(keys)
-            order_ok = order is None or (
-                kind != ORDEREDDICT and isinstance(order, tuple) and len(order) == len(keys) and set(order) == key_set
-            )
-            sorted_ok = kind == ORDEREDDICT or list(keys) == sorted_keys(keys)
-        except Exception:
-            raise _bad("dict keys are not hashable and comparable") from None
-        if len(key_set) != len(keys):
-            raise _bad("dict keys are not unique")
-        if not order_ok:
-            raise _bad("dict insertion order does not match its keys")
-        if not sorted_ok:
-            raise _bad("dict keys are not in sorted order")
-        if factory is not None and (kind != DEFAULTDICT or not callable(factory)):
-            raise _bad("only a defaultdict node has a (callable) default_factory")
-        return DictData(list(keys), None if order is None else list(order), factory)
-    if kind == NAMEDTUPLE or kind == STRUCTSEQ:
-        ok = isinstance(d, type) and (_is_namedtuple_type(d) if kind == NAMEDTUPLE else _is_structseq_type(d))
-        if not ok:
-            raise _bad(f"namedtuple/struct sequence node data must be such a class, got {short_repr(d)}")
-        if kind == NAMEDTUPLE and len(d._fields) != arity:
-            raise _bad(f"namedtuple {d.__name__} has {len(d._fields)} fields but the node has {arity} children")
-        if kind == STRUCTSEQ and d.n_sequence_fields != arity:
-            raise _bad(f"{d.__name__} has {d.n_sequence_fields} fields but the node has {arity} children")
-        return d
-    if kind == DEQUE:
-        if d is not None and (type(d) is not int or d < arity or d > _MAX_SIZE):
-            raise _bad(f"deque maxlen must be None or an int >= its length, got {short_repr(d)}")
-        return d
-    # CUSTOM
-    if not (isinstance(d, tuple) and len(d) == 3 and d[0] == "custom" and isinstance(d[1], type)):
-        raise _bad(f"custom node data must be ('custom', class, aux_data), got {short_repr(d)}")
-    info = lookup(d[1])
-    if info.kind != CUSTOM:
-        raise _bad(f"{d[1].__name__} is not registered as a pytree node (register it before unpickling)")
-    aux = d[2]
-    if info.mode == MODE_DATACLASS or info.mode == MODE_DATACLASS_INIT:
-        if arity != len(info.data_fields):
-            raise _bad(f"{d[1].__name__} has {len(info.data_fields)} data fields but the node has {arity} children")
-        if not isinstance(aux, tuple) or len(aux) != len(info.meta_fields):
-            raise _bad(f"{d[1].__name__} node data must be a tuple of its {len(info.meta_fields)} meta fields")
-    elif info.mode == MODE_STATIC and arity != 0:
-        raise _bad(f"{d[1].__name__} is registered static: its nodes have no children")
-    return CustomData(info, aux)
 
 
 def _treedef_from_state(state: Any) -> PyTreeDef:
