@@ -37,7 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import spruce
+from .._arrays import is_array
+from .._module._filters import combine, partition
 
 from .bert import BertConfig, BertModel, checkpoint_key
 
@@ -180,7 +181,7 @@ def _get_text() -> _Text:
 def _split_layers(layers: Any) -> tuple[Any, Any]:
     """The layers' arrays stacked along a new leading axis (with NumPy, on the host: stacking
     on device would compile one small program per leaf shape), and one layer's static part."""
-    arrays, static = spruce.partition(list(layers), spruce.is_array)
+    arrays, static = partition(list(layers), is_array)
     return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *arrays), static[0]
 
 
@@ -276,7 +277,7 @@ def _forward(embeddings: Any, layers: Any, layer_static: Any, ids: jax.Array, po
     pair = segments[:, None] == segments[None, :]
 
     def step(x: jax.Array, arrays: Any) -> tuple[jax.Array, None]:
-        return spruce.combine(arrays, layer_static)(x, pair), None
+        return combine(arrays, layer_static)(x, pair), None
 
     hidden, _ = jax.lax.scan(step, embeddings(ids, None, positions), layers)
     onehot = (segments[:, None] == jnp.arange(1, num_segments + 1)[None, :]).astype(hidden.dtype)
@@ -389,7 +390,7 @@ def _get_compiled(rows: int, length: int, text: _Text) -> Any:
         return jax.ShapeDtypeStruct(lead + np.shape(x), jax.dtypes.canonicalize_dtype(np.result_type(x)))  # type: ignore[no-untyped-call]
 
     embeddings = jax.tree.map(spec, skeleton.embeddings)
-    arrays, static = spruce.partition(skeleton.layers[0], spruce.is_array)
+    arrays, static = partition(skeleton.layers[0], is_array)
     layers = jax.tree.map(lambda x: spec(x, (len(skeleton.layers),)), arrays)
     ints = jax.ShapeDtypeStruct((rows, length), jnp.int32)  # type: ignore[no-untyped-call]
     compiled = _embed_jit.lower(embeddings, layers, static, ints, ints, ints).compile()
