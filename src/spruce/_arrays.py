@@ -35,6 +35,13 @@ def is_array(x: Any) -> bool:
     return jarr is not None and isinstance(x, jarr)
 
 
+def has_shape_and_dtype(x: Any) -> bool:
+    """True for any object (not a class) with ``shape`` and ``dtype`` attributes: arrays,
+    tracers, ``jax.ShapeDtypeStruct`` and other array stand-ins.  The duck test of the layers
+    that only read shapes and dtypes (sharding specs, checkpoints, pretty printing)."""
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, type)
+
+
 def is_array_like(x: Any) -> bool:
     """True for arrays (``is_array``), Python ``bool``/``int``/``float``/``complex``, and objects
     with a ``__jax_array__`` method: what ``jax.numpy.asarray`` accepts as a single value.

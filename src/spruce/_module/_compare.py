@@ -6,8 +6,8 @@ import sys
 from typing import Any
 
 from .. import tree as _tree
-from .._tree._text import clip
 from .._arrays import array_summary, is_array
+from .._tree._text import clip
 
 
 def _is_tracer(x: Any) -> bool:

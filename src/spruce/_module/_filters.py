@@ -3,7 +3,9 @@ back.  Semantics follow equinox.filter / partition / combine: removed leaves bec
 (an empty node), and ``combine`` takes the first non-None leaf at each position.
 
 ``spruce.partition(tree, filter_spec)`` (this module) is Equinox's function; the engine's
-``spruce.tree.partition(pred, tree)`` is optree's, with the arguments the other way round.
+``spruce.tree.partition(pred, tree)`` is optree's, with the arguments the other way round.  One
+implementation does the work of both: this module turns a filter spec (a prefix tree of bools
+and predicates) into one flag per leaf and hands them to the engine's partition.
 """
 
 from __future__ import annotations
@@ -37,12 +39,21 @@ def _keep_mask(spec: Any, subtree: Any, is_leaf: IsLeaf) -> Any:
     )
 
 
-def _mask(tree: Any, filter_spec: Any, is_leaf: IsLeaf) -> Any:
-    """A tree of bools with ``tree``'s structure: which leaves ``filter_spec`` keeps."""
+def _flags(tree: Any, filter_spec: Any, is_leaf: IsLeaf) -> list[bool]:
+    """One bool per leaf of ``tree``, in leaf order: whether ``filter_spec`` keeps it."""
     spec_def = _tree.structure(filter_spec)
     subtrees = spec_def.flatten_up_to(tree)
-    masks = [_keep_mask(s, t, is_leaf) for s, t in zip(_tree.leaves(filter_spec), subtrees)]
-    return spec_def.unflatten(masks)
+    flags: list[bool] = []
+    for spec, subtree in zip(_tree.leaves(filter_spec), subtrees):
+        flags += _tree.leaves(_keep_mask(spec, subtree, is_leaf))
+    return flags
+
+
+def _split(tree: Any, filter_spec: Any, replace: Any, is_leaf: IsLeaf) -> tuple[Any, Any]:
+    """``(kept, rest)``: the engine's one partition (``spruce.tree.partition``), driven by the
+    flags of ``filter_spec``, one per leaf in leaf order."""
+    flags = iter(_flags(tree, filter_spec, is_leaf))
+    return _tree.partition(lambda _: next(flags), tree, replace, is_leaf)
 
 
 def filter(
@@ -75,9 +86,8 @@ def filter(
     >>> filter([1, 'a', 2.0], lambda x: isinstance(x, (int, float)))
     [1, None, 2.0]
     """
-    mask = _mask(tree, filter_spec, is_leaf)
-    # The mask has tree's structure below each spec leaf, so one map over (tree, mask) works.
-    return _tree.map(lambda x, m: x if m != inverse else replace, tree, mask, is_leaf=is_leaf)
+    kept, rest = _split(tree, filter_spec, replace, is_leaf)
+    return rest if inverse else kept
 
 
 def partition(
@@ -97,10 +107,7 @@ def partition(
     >>> partition([1, 'a'], lambda x: isinstance(x, int))
     ([1, None], [None, 'a'])
     """
-    mask = _mask(tree, filter_spec, is_leaf)
-    kept = _tree.map(lambda x, m: x if m else replace, tree, mask, is_leaf=is_leaf)
-    rest = _tree.map(lambda x, m: replace if m else x, tree, mask, is_leaf=is_leaf)
-    return kept, rest
+    return _split(tree, filter_spec, replace, is_leaf)
 
 
 def combine(*trees: Any, is_leaf: IsLeaf = None) -> Any:

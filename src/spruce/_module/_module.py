@@ -11,8 +11,8 @@ import warnings
 from typing import Any, Callable, dataclass_transform
 
 from .. import tree as _tree
-from .._tree._registry import register_with_fixed_keys as _register_with_fixed_keys
 from .._arrays import array_summary, is_array
+from .._tree._registry import register_with_fixed_keys as _register_with_fixed_keys
 from ._field import CONVERTER, STATIC, field
 from ._pretty import pformat
 

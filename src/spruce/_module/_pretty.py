@@ -21,7 +21,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from .._arrays import array_summary, is_array
+from .._arrays import array_summary, has_shape_and_dtype, is_array
+from .._tree._registry import is_namedtuple_type
 
 # Containers nested deeper than this print as ``[...]`` when ``max_depth`` is None.  Deep enough
 # for any real model (a module tree is rarely 20 levels deep); shallow enough that the broken-up
@@ -132,12 +133,8 @@ def _function_text(x: Any) -> str | None:
     return f"<function {name}>"
 
 
-def _is_namedtuple(x: Any) -> bool:
-    return isinstance(x, tuple) and hasattr(type(x), "_fields")
-
-
 def _is_container(x: Any) -> bool:
-    return type(x) in (list, tuple, dict) or dataclasses.is_dataclass(x) and not isinstance(x, type) or _is_namedtuple(x)
+    return type(x) in (list, tuple, dict) or dataclasses.is_dataclass(x) and not isinstance(x, type) or is_namedtuple_type(type(x))
 
 
 class _Builder:
@@ -181,7 +178,7 @@ class _Builder:
         if x is _UNINITIALISED:
             return x, None
         if is_array(x) or (
-            hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, type) and type(x).__name__ != "dtype"
+            has_shape_and_dtype(x) and type(x).__name__ != "dtype"
         ):
             if self.short_arrays or not is_array(x):
                 try:
@@ -208,7 +205,7 @@ class _Builder:
             if deep and x:
                 return _Text("[...]"), None
             return _Group("[", "]"), (("", v) for v in x)
-        if _is_namedtuple(x):
+        if is_namedtuple_type(type(x)):
             if deep:
                 return _Text(f"{t.__name__}(...)"), None
             return _Group(f"{t.__name__}(", ")"), ((f"{k}=", v) for k, v in zip(x._fields, x))

@@ -56,11 +56,13 @@ ON_REGISTER: Final[list[Callable[[type], None] | None]] = [None]
 _BUILTIN_NODE_TYPES: Final = (tuple, list, dict, type(None), OrderedDict, defaultdict, deque)
 
 
-def _is_namedtuple_type(t: type) -> bool:
+def is_namedtuple_type(t: type) -> bool:
+    """True for a namedtuple class (a tuple subclass with ``_fields``): spruce's one namedtuple
+    test, used by every layer."""
     return issubclass(t, tuple) and hasattr(t, "_fields")
 
 
-def _is_structseq_type(t: type) -> bool:
+def is_structseq_type(t: type) -> bool:
     return (
         issubclass(t, tuple)
         and hasattr(t, "n_sequence_fields")
@@ -92,9 +94,9 @@ def _classify(t: type) -> NodeInfo:
         found = find(t)
         if found is not None:
             return found
-    if _is_structseq_type(t):
+    if is_structseq_type(t):
         return NodeInfo(t, STRUCTSEQ)
-    if _is_namedtuple_type(t):
+    if is_namedtuple_type(t):
         return NodeInfo(t, NAMEDTUPLE)
     return LEAF_INFO
 

@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from ._depth import COMPILED, CycleFound, MismatchFound, begin_walk, end_walk
 from ._errors import changed_size, cycle_error, mismatch_error
 from ._expand import EMPTY, build, expand, expand_with_keys, match_children
-from ._keys import SEQUENCE_KEYS, DictKey, keystr, sequence_keys  # noqa: F401  (DictKey, keystr: doctests)
+from ._keys import (  # noqa: F401  (DictKey, keystr: doctests)
+    SEQUENCE_KEYS,
+    DictKey,
+    keystr,
+    sequence_keys,
+)
 from ._kinds import LEAF, LIST, SHIFT, TUPLE
 from ._pure import (
     map1 as pure_map1,  # the uncompiled build's map (never compiled itself)

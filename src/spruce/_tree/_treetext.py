@@ -27,7 +27,7 @@ from ._kinds import (
     TUPLE,
 )
 from ._nodes import CustomData, DictData, sorted_keys
-from ._registry import _is_namedtuple_type, _is_structseq_type, lookup
+from ._registry import is_namedtuple_type, is_structseq_type, lookup
 from ._text import short_repr
 
 _MAX_SIZE: Final = 1 << 62  # the largest deque maxlen a pickled state may give
@@ -167,7 +167,7 @@ def _decode(kind: int, arity: int, d: Any) -> Any:
             raise _bad("only a defaultdict node has a (callable) default_factory")
         return DictData(list(keys), None if order is None else list(order), factory)
     if kind == NAMEDTUPLE or kind == STRUCTSEQ:
-        ok = isinstance(d, type) and (_is_namedtuple_type(d) if kind == NAMEDTUPLE else _is_structseq_type(d))
+        ok = isinstance(d, type) and (is_namedtuple_type(d) if kind == NAMEDTUPLE else is_structseq_type(d))
         if not ok:
             raise _bad(f"namedtuple/struct sequence node data must be such a class, got {short_repr(d)}")
         if kind == NAMEDTUPLE and len(d._fields) != arity:

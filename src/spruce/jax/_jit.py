@@ -182,7 +182,7 @@ def filter_jit(
     ``out_shardings`` as trees over the arguments and output (equinox has ``filter_shard``
     only; spruce has that too, in ``spruce.jax``).
 
-    >>> import jax.numpy as jnp
+    >>> import jax, jax.numpy as jnp
     >>> f = filter_jit(lambda x, n: x * n)
     >>> f(jnp.ones(2), 3).tolist()
     [3.0, 3.0]

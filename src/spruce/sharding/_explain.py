@@ -114,6 +114,7 @@ def explain(tree: Any, mesh: Any, rules: Rules) -> Explanation:
 
     >>> import numpy as np, jax
     >>> from jax.sharding import PartitionSpec as P
+    >>> from spruce.sharding import mesh
     >>> m = mesh({'model': 1})
     >>> e = explain({'w': np.zeros((4, 2), np.float32)}, m, Rules([('w', P('model')), ('b', None)]))
     >>> e.bytes_per_device[jax.devices()[0].id], e.unmatched

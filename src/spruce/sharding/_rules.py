@@ -252,10 +252,6 @@ class Rules:
 # -- resolving specs ---------------------------------------------------------------------------------
 
 
-def _is_array(x: Any) -> bool:
-    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, type)
-
-
 def _fsdp_spec(f: _Fsdp, shape: tuple[int, ...], mesh_shape: Mapping[str, int] | None, name: str) -> Any:
 
     if mesh_shape is None:

@@ -10,9 +10,10 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from .. import tree as _tree
+from .._arrays import has_shape_and_dtype
 from .._names import component, escaper, named_leaves, shared_prefix
 from .._place import ShardingError, parts_of, place
-from ._rules import Rules, _Fsdp, _fsdp_spec, _is_array, _pspec, _resolve
+from ._rules import Rules, _Fsdp, _fsdp_spec, _pspec, _resolve
 
 _CACHE_SIZE = 64  # resolved trees in specs' cache, in all
 _CACHE_WAYS = 4  # of them with one key (rules, mesh, numbers of nodes and leaves)
@@ -87,7 +88,7 @@ def _checks(leaves: list[Any], needs: list[int]) -> tuple[_Check, ...]:
         if need:
             groups[need].append(i)
     out = []
-    for need, get in ((1, _NDIM), (2, _SHAPE), (3, _is_array)):
+    for need, get in ((1, _NDIM), (2, _SHAPE), (3, has_shape_and_dtype)):
         idx = groups[need]
         if idx:
             pick = _picker(idx)
@@ -184,7 +185,7 @@ def _resolve_tree(leaves: list[Any], treedef: Any, tree: Any, rules: Rules, mesh
     # shape, -1 whether it is still an array); most leaves share both with another leaf
     resolved: dict[tuple[int, tuple[int, ...]], tuple[Any, int]] = {}
     for name, x in zip(names, leaves):
-        if not _is_array(x):
+        if not has_shape_and_dtype(x):
             specs_out.append(None)
             rule_of.append(-1)
             needs.append(0 if type(x) in _SCALARS else 3)
