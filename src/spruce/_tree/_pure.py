@@ -54,7 +54,7 @@ def map1(f: Callable[..., Any], tree: Any, is_leaf: Callable[[Any], Any] | None,
 
     def m(x: Any, depth: int) -> Any:
         if depth == RECURSE:  # first, so that is_leaf sees x once (the walker asks it)
-            return Walker(f, is_leaf, False, none_is_leaf, False, False, 0, EMPTY, [], [], EMPTY).walk(
+            return Walker(f, is_leaf, none_is_leaf=none_is_leaf).walk(
                 [x], EMPTY, EMPTY, depth
             )[0]
         if is_leaf is not None and is_leaf(x):

@@ -82,7 +82,7 @@ def _flatten_rec(
         if not ch:
             continue
         if depth + 1 >= limit:
-            Walker(None, is_leaf, False, none_is_leaf, False, True, 0, leaves, codes, data, EMPTY).walk(
+            Walker(None, is_leaf, none_is_leaf=none_is_leaf, table=True, leaves=leaves, codes=codes, data=data).walk(
                 ch, EMPTY, EMPTY, depth + 1
             )
             continue
@@ -132,7 +132,7 @@ def _leaves_rec(
         if not ch:
             continue
         if depth + 1 >= limit:
-            Walker(None, is_leaf, False, none_is_leaf, False, False, 0, leaves, [], [], EMPTY).walk(
+            Walker(None, is_leaf, none_is_leaf=none_is_leaf, leaves=leaves).walk(
                 ch, EMPTY, EMPTY, depth + 1
             )
             continue
@@ -213,7 +213,7 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
     (1, 2)
     """
     out: list[Any] = []
-    walker = Walker(None, is_leaf, False, none_is_leaf, False, False, 0, out, [], [], EMPTY)
+    walker = Walker(None, is_leaf, none_is_leaf=none_is_leaf, leaves=out)
     walker.lazy = True
     walker.start([tree], EMPTY, EMPTY, 0)
     while True:
@@ -294,7 +294,9 @@ def _fwp_rec(
         if depth > 0:
             kstack.append(k)
         if depth + 1 >= limit:
-            Walker(None, is_leaf, False, none_is_leaf, True, True, 0, out, codes, data, kstack).walk(
+            Walker(
+                None, is_leaf, none_is_leaf=none_is_leaf, paths=True, table=True, leaves=out, codes=codes, data=data, kstack=kstack
+            ).walk(
                 ch, EMPTY, ckeys, depth + 1
             )
         else:
@@ -329,7 +331,10 @@ def flatten_with_path(
     limit = begin_walk()
     try:
         if is_leaf_takes_path and is_leaf is not None:
-            Walker(None, is_leaf, True, none_is_leaf, True, True, 0, out, codes, data, kstack).walk(
+            Walker(
+                None, is_leaf, path_leaf=True, none_is_leaf=none_is_leaf, paths=True, table=True,
+                leaves=out, codes=codes, data=data, kstack=kstack,
+            ).walk(
                 [tree], EMPTY, [None], 0
             )
         else:
@@ -443,7 +448,7 @@ def _map1_rec(
             outs.append(build(code, d, []))
             continue
         if depth + 1 >= limit:
-            sub = Walker(f, is_leaf, False, none_is_leaf, False, False, 0, EMPTY, [], [], EMPTY).walk(
+            sub = Walker(f, is_leaf, none_is_leaf=none_is_leaf).walk(
                 ch, EMPTY, EMPTY, depth + 1
             )
         else:
@@ -516,7 +521,7 @@ def _map2_rec(
             outs.append(build(code, d, []))
             continue
         if depth + 1 >= limit:
-            sub = Walker(f, is_leaf, False, none_is_leaf, False, False, 1, EMPTY, [], [], EMPTY).walk(
+            sub = Walker(f, is_leaf, none_is_leaf=none_is_leaf, nrest=1).walk(
                 ch, [ych], EMPTY, depth + 1
             )
         else:
@@ -547,5 +552,5 @@ def _mapn(
     with_path: bool,
 ) -> Any:
     """``map`` over three or more trees, or with paths: the iterative walker from the root."""
-    walker = Walker(f, is_leaf, path_leaf, none_is_leaf, with_path, False, len(rest), EMPTY, [], [], [])
+    walker = Walker(f, is_leaf, path_leaf=path_leaf, none_is_leaf=none_is_leaf, paths=with_path, nrest=len(rest), kstack=[])
     return walker.walk([tree], [[r] for r in rest], [None], 0)[0]

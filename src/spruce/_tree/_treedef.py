@@ -342,7 +342,7 @@ class PyTreeDef:
         out: list[tuple[tuple[Any, ...], Any]] = []
         begin_walk()
         try:
-            Walker(None, None, False, self._none_is_leaf, True, False, 0, out, [], [], []).walk([tree], EMPTY, [None], 0)
+            Walker(None, None, none_is_leaf=self._none_is_leaf, paths=True, leaves=out, kstack=[]).walk([tree], EMPTY, [None], 0)
         finally:
             end_walk()
         return [p for p, _ in out]

@@ -142,16 +142,22 @@ class Walker:
         self,
         f: Callable[..., Any] | None,
         is_leaf: Callable[..., Any] | None,
-        path_leaf: bool,
+        *,
         none_is_leaf: bool,
-        paths: bool,
-        table: bool,
-        nrest: int,
-        leaves: list[Any],
-        codes: list[int],
-        data: list[Any],
-        kstack: list[Any],
+        path_leaf: bool = False,
+        paths: bool = False,
+        table: bool = False,
+        nrest: int = 0,
+        leaves: list[Any] = EMPTY,
+        codes: list[int] = EMPTY,
+        data: list[Any] = EMPTY,
+        kstack: list[Any] = EMPTY,
     ) -> None:
+        """The options of one walk, by name (see the module docstring): ``f`` maps (None:
+        collect ``leaves``); ``path_leaf``: ``is_leaf(path, x)``; ``paths``: track key paths
+        in ``kstack``; ``table``: append the node table to ``codes`` and ``data``; ``nrest``:
+        the number of further trees a map matches.  The lists default to the shared empty list,
+        which a walk whose options do not use them never touches."""
         self.f = f
         self.is_leaf = is_leaf
         self.path_leaf = path_leaf
