@@ -3,13 +3,24 @@
 ``spruce.tree`` is the engine (``jax.tree``-style short names), ``spruce.tree_util`` the same
 objects under jax.tree_util's names.  The model layer lives at the top level: ``Module`` and
 ``field`` (dataclass-style pytree classes), the filters ``is_array`` / ``is_array_like`` /
-``is_inexact_array`` / ``filter`` / ``partition`` / ``combine``, ``tree_at``, ``apply_updates``, ``tree_equal`` /
-``assert_tree_equal``, ``summary`` and ``pformat``; layers are in ``spruce.nn`` (imports JAX).
-``import spruce`` never imports JAX.
+``is_inexact_array`` / ``filter`` / ``partition`` / ``combine``, ``tree_at``, ``apply_updates``,
+``tree_equal`` / ``assert_tree_equal``, ``summary`` and ``pformat``.
+
+The subpackages load on first use (``import spruce`` then ``spruce.io.load(...)`` works, PEP 562):
+``spruce.jax`` (filtered transforms), ``spruce.nn`` (layers), ``spruce.io`` (checkpoints),
+``spruce.sharding``, ``spruce.view`` (pictures), ``spruce.models``, ``spruce.cli``.  The ones
+that need JAX import it then; ``import spruce`` itself never imports JAX.
+
+The package is built in layers, each importing only from those below it: the engine
+(``_tree/``); the shared vocabularies (``_arrays``, ``_names``, ``_place``, ``_jax_bridge``,
+``_partial``); the model layer (``_module/``); the JAX layer (``jax/``); ``io/``,
+``sharding/``, ``nn/``; ``models/``, ``view/``; the command line (``cli/``).
 
 ``spruce.__compiled__`` is True when the mypyc-compiled engine is loaded, False when the same
 source runs as plain Python (``SPRUCE_PURE=1`` at build time, or running from the source tree).
 """
+
+from typing import Any
 
 from . import _jax_bridge
 from . import tree as tree
@@ -36,6 +47,21 @@ _jax_bridge.install()  # registrations reach jax.tree_util when JAX is (or becom
 
 __compiled__: bool = _COMPILED
 __version__ = "0.1.0"
+
+_SUBPACKAGES = frozenset(["cli", "io", "jax", "models", "nn", "sharding", "view"])
+
+
+def __getattr__(name: str) -> Any:
+    """``spruce.io``, ``spruce.nn``, ... imported on first access (PEP 562)."""
+    if name in _SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _SUBPACKAGES)
 
 __all__ = [
     "Module",

@@ -1,4 +1,7 @@
-"""The model layer: ``Module``, ``field``, the pretty printer and array predicates.
+"""The model layer: ``Module``, ``field``, the pretty printer, and the tools that work on
+Modules and any pytree: ``_filters`` (filter / partition / combine), ``_surgery`` (tree_at),
+``_compare`` (tree_equal), ``_summary`` (summary) and ``_updates`` (apply_updates).  The array
+predicates it re-exports live one layer down, in ``spruce._arrays``.
 
 Plain Python (not compiled by mypyc: it needs a metaclass and dataclasses), built only on the
 public functions of ``spruce.tree``.  JAX is never imported here; Module classes reach

@@ -8,7 +8,9 @@ Layout, one module per concern:
 - ``_registry``  the type registry (classification cache) and the ``register_*`` functions
 - ``_expand``    expand / build / match_children: one node apart and back together
 - ``_text``      type names and clipped text for messages
-- ``_treedef``   PyTreeDef: a flat pre-order node table, with unflatten / flatten_up_to / repr
+- ``_treedef``   PyTreeDef: a flat pre-order node table; eq, hash, queries, flatten_up_to, paths
+- ``_unflatten`` the two unflatten algorithms of a node table (one backward pass; the plan)
+- ``_treetext``  a PyTreeDef's repr text and its pickled state (validated on the way in)
 - ``_traverse``  the public walks: flatten, leaves, flatten_with_path, map, map_with_path, iter
 - ``_walker``    the one iterative walker (leaves, node table, key paths, n-tree map)
 - ``_depth``     how deep walks recurse, which build runs, the depth limit, internal signals

@@ -6,7 +6,8 @@
 flag, a missing argument: the error and the usage) or an error reading a file — printed as
 one red line on stderr, never a traceback.
 
-Output is printed with rich; when stdout is not a terminal it is plain text, ``COLUMNS``
+The demos live beside it: ``_demo_minilm`` (``spruce demo``) and ``_demo_crepe`` (``spruce demo
+crepe``).  Output is printed with rich; when stdout is not a terminal it is plain text, ``COLUMNS``
 wide if set (160 otherwise).
 """
 

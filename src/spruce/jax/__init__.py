@@ -7,11 +7,19 @@ differentiated values and everything else as static; ``filter_shard`` places the
 of a tree (``device_put``, or a sharding constraint under a trace).  Semantics follow
 Equinox's functions of the same names.  ``ravel_pytree`` is jax.flatten_util's, over spruce pytrees.
 
-This module only re-exports: each transform lives in its own module (``_jit.py``,
-``_grad.py``, ``_vmap.py``, ``_ravel.py``; the other filtered transforms — shapes, jaxprs,
-remat, jvp/vjp, Jacobians, custom derivatives, callbacks — in ``_transforms.py``).  Importing it also connects spruce's pytree
-registry with ``jax.tree_util`` (normally already done by the
-import hook described in ``spruce/_jax_bridge.py``).
+This package only re-exports; each job lives in its own module:
+
+- ``_split``       the split of leaves into traced arrays and static values, and filter_jit's
+                   per-call walk that makes the cache key (shared with ``filter_vmap``)
+- ``_entry``       the compiled entry: one ``jax.jit`` per static key, how outputs are rebuilt
+- ``_jit_errors``  JAX's errors rewritten with the user's key paths (``args[0]['w']``)
+- ``_jit``         ``filter_jit`` itself and its cache of wrappers
+- ``_grad``, ``_vmap``, ``_ravel``, ``_shard``   filter_grad, filter_vmap, ravel_pytree, filter_shard
+- ``_transforms``  the other filtered transforms: shapes, jaxprs, remat, jvp/vjp, Jacobians,
+                   custom derivatives, callbacks
+
+Importing it also connects spruce's pytree registry with ``jax.tree_util`` (normally already
+done by the import hook described in ``spruce/_jax_bridge.py``).
 """
 
 from __future__ import annotations
