@@ -15,11 +15,14 @@ from typing import Any
 _SCALARS = (bool, int, float, complex)
 
 
+def jax_if_imported() -> Any:
+    """The ``jax`` module if something has imported it, else None: spruce's one test of "is
+    JAX imported" (a JAX array, tracer or dtype cannot exist before it is).  Never imports JAX."""
+    return sys.modules.get("jax")
+
+
 def _jax_array_type() -> Any:
-    jax = sys.modules.get("jax")
-    if jax is None:
-        return None
-    return getattr(jax, "Array", None)
+    return getattr(jax_if_imported(), "Array", None)
 
 
 def is_array(x: Any) -> bool:
@@ -113,7 +116,7 @@ def shape_and_itemsize(x: Any) -> tuple[tuple[int, ...], int] | None:
     np = sys.modules.get("numpy")
     if np is not None and isinstance(dtype, np.dtype):
         return shape, itemsize
-    jax = sys.modules.get("jax")
+    jax = jax_if_imported()
     if jax is not None and not isinstance(dtype, type):
         try:
             if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
