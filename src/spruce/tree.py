@@ -57,6 +57,7 @@ from ._tree._traverse import map as map
 from ._tree._traverse import map_with_path as map_with_path
 from ._tree._traverse import structure as structure
 from ._tree._treedef import PyTreeDef as PyTreeDef
+from ._tree._treedef import from_jax as from_jax
 from ._tree._treedef import treedef_children as treedef_children
 from ._tree._treedef import treedef_is_leaf as treedef_is_leaf
 from ._tree._treedef import treedef_tuple as treedef_tuple
@@ -98,6 +99,7 @@ __all__ = [
     "static",
     "structure",
     "transpose",
+    "from_jax",
     "treedef_children",
     "treedef_is_leaf",
     "treedef_tuple",

@@ -347,10 +347,38 @@ class PyTreeDef:
             end_walk()
         return [p for p, _ in out]
 
+    def to_jax(self) -> Any:
+        """The same structure as a ``jax.tree_util.PyTreeDef`` (imports JAX).
+
+        Every node type spruce knows is a node in JAX too (spruce's registrations reach
+        ``jax.tree_util``).  A structure made with ``none_is_leaf=True`` becomes one whose None
+        positions are leaves (as ``jax.tree_util.tree_structure(tree, is_leaf=lambda x: x is
+        None)`` gives).  The inverse is ``spruce.tree.from_jax``.
+
+        >>> import jax
+        >>> from spruce.tree import structure
+        >>> structure({'a': 1, 'b': (2, None)}).to_jax() == jax.tree_util.tree_structure({'a': 1, 'b': (2, None)})
+        True
+        """
+        import importlib
+
+        tree_util = importlib.import_module("jax.tree_util")
+        tree = self.unflatten([_Placeholder() for _ in range(self._num_leaves)])
+        if self._none_is_leaf:
+            return tree_util.tree_structure(tree, is_leaf=_none_or_placeholder)
+        return tree_util.tree_structure(tree)
+
     # -- dunder ----------------------------------------------------------------------------
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PyTreeDef):
+            if _is_jax_treedef(other):
+                raise TypeError(
+                    "a spruce PyTreeDef compared with a jax.tree_util.PyTreeDef: JAX's == answers "
+                    "False for any other type, so the answer would depend on the order of the "
+                    "operands; compare spruce.tree.from_jax(jax_treedef) == treedef, or "
+                    "treedef.to_jax() == jax_treedef"
+                )
             return False
         if self is other:
             return True
@@ -436,6 +464,49 @@ def _check_treedef(x: object, what: str) -> None:
 
 class _Placeholder:
     """A stand-in leaf used to rebuild a tree from a structure alone."""
+
+
+def _none_or_placeholder(x: Any) -> bool:
+    return x is None or isinstance(x, _Placeholder)
+
+
+def _is_jax_treedef(x: object) -> bool:
+    """True for a ``jax.tree_util.PyTreeDef`` (recognised by its class, without importing JAX)."""
+    t = type(x)
+    return t.__name__ == "PyTreeDef" and str(getattr(t, "__module__", "")).startswith("jaxlib")
+
+
+def from_jax(treedef: Any) -> PyTreeDef:
+    """The spruce ``PyTreeDef`` of the structure a ``jax.tree_util.PyTreeDef`` describes.
+
+    Rebuilds a tree of stand-in leaves with JAX's ``treedef.unflatten`` and takes spruce's
+    structure of it, so every node type both registries know (spruce's registrations reach JAX,
+    and JAX's are nodes in spruce) maps to itself.  A JAX structure whose leaves sat where
+    None was (made with an ``is_leaf`` that stops at None) has stand-ins there, so its
+    positions are kept.  The inverse is ``PyTreeDef.to_jax()``.
+
+    Raises:
+      TypeError: ``treedef`` is not a ``jax.tree_util.PyTreeDef``.
+
+    >>> import jax
+    >>> from spruce.tree import from_jax, structure
+    >>> from_jax(jax.tree_util.tree_structure({'a': 1, 'b': [2, 3]})) == structure({'a': 0, 'b': [0, 0]})
+    True
+    """
+    if isinstance(treedef, PyTreeDef):
+        return treedef
+    if not _is_jax_treedef(treedef):
+        raise TypeError(f"from_jax expects a jax.tree_util.PyTreeDef, got {short_repr(treedef)}")
+    tree = treedef.unflatten([_Placeholder() for _ in range(treedef.num_leaves)])
+    codes: list[int] = []
+    data: list[Any] = []
+    leaves: list[Any] = []
+    begin_walk()
+    try:
+        Walker(None, None, none_is_leaf=False, table=True, leaves=leaves, codes=codes, data=data).walk([tree], EMPTY, [None], 0)
+    finally:
+        end_walk()
+    return PyTreeDef(codes, data, len(leaves), False)
 
 
 def _data_eq(a: Any, b: Any) -> bool:
