@@ -116,8 +116,9 @@ def _make_node_functions(cls: type, info: _Fields) -> tuple[Callable[[Any], Any]
     new = object.__new__
 
     # The fields are read with itemgetters (one C call each, a tuple out) rather than list
-    # comprehensions, which Python 3.11 runs as a function call apiece: module flatten is
-    # 2x faster for it.  An itemgetter of one name returns the item itself, so those wrap it.
+    # comprehensions, which Python 3.11 runs as a function call apiece (the gain is measured in
+    # docs/performance.md, "Registered nodes").  An itemgetter of one name returns the item
+    # itself, so those wrap it.
     get_dynamic = _fields_getter(dynamic)
     get_static = _fields_getter(static)
 

@@ -6,11 +6,11 @@ that to the one iterative walker (``_walker.Walker``), whose levels cost heap, n
 ``unflatten`` never recurses: it is one pass over the node table.
 
 Compiled, a walk recurses ``DEEP`` = 1,024 levels, about the depth optree's C++ recursion
-allows (1,000 levels, beyond which it refuses the tree).  A recursive level takes 200-300 bytes
-of C stack, so one walk holds at most about 300 KiB of it: measured, a 3,000-deep walk runs in
-a thread whose whole stack is 224 KiB (flatten) to 320 KiB (two-tree map).
-``tests/test_depth_cycles.py`` runs every walk in a 512 KiB thread and a nested walk in a
-1 MiB one; CPython's default thread stacks are larger on the platforms it supports.
+allows (1,000 levels, beyond which it refuses the tree).  A recursive level takes a few hundred
+bytes of C stack, so one walk holds at most about 300 KiB of it (measured: docs/performance.md,
+"Deep trees and the walker").  ``tests/test_depth_cycles.py`` runs every walk in a 512 KiB
+thread and a nested walk in a 1 MiB one; CPython's default thread stacks are larger on the
+platforms it supports.
 Uncompiled, each level is a Python frame counted against ``sys.getrecursionlimit()``, so
 ``DEEP`` is 16.
 

@@ -88,7 +88,7 @@ class NodeInfo:
         models hold the same entries and compare them by identity, as dict shapes are, and a
         node seen before costs neither a hash nor an allocation.  Entries of unhashable aux
         data are never kept.  Run by the interpreter, where the comparisons are Python calls
-        (uncompiled module flatten +51%, measured), every node gets a new entry.
+        and cost more than they save (docs/performance.md), every node gets a new entry.
         """
         if not COMPILED:
             return CustomData(self, aux)

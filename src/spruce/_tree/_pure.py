@@ -3,8 +3,8 @@ shape the CPython interpreter runs fastest.
 
 Compiled by mypyc, ``_traverse``'s walkers are C loops over the engine's primitives
 (``expand``, ``build``), and a call costs about what a loop step costs.  Run by the interpreter,
-each primitive is a Python call and each statement a bytecode dispatch: the uncompiled build
-mapped 4-12 times slower than the compiled one.  This module is never compiled (``setup.py``
+each primitive is a Python call and each statement a bytecode dispatch, so the shared walkers
+map several times slower uncompiled than compiled.  This module is never compiled (``setup.py``
 leaves it out) and is used only when the engine runs uncompiled (``_depth.COMPILED`` false):
 
 - The first ``RECURSE`` levels are walked by recursion, one Python call per node.  A node's
@@ -12,15 +12,15 @@ leaves it out) and is used only when the engine runs uncompiled (``_depth.COMPIL
   a known leaf type (``_registry.LEAF_TYPES``: one set lookup, no call of ours) and recurses
   into the others.  Under CPython 3.11 a loop is cheaper than a list comprehension here: a
   comprehension is a function of its own, made and called once per node, and recursing from
-  inside it puts two frames on the stack per level.  Replacing the comprehensions (and a dict's
-  ``itemgetter`` + ``zip`` + ``update``) by loops took 43% of the instructions off a map of
-  GPT-style parameters and 3% onto a map of a flat 10,000-float list.  Lists, tuples and dicts
-  are taken apart and rebuilt inline, a dict by putting each output in place in a copy of it;
-  other nodes go through ``expand_registered`` and ``build``.
+  inside it puts two frames on the stack per level.  Loops cost far fewer instructions than
+  comprehensions on trees of small nodes and slightly more on one wide list (the figures are
+  in docs/performance.md, "Map").  Lists, tuples and dicts are taken apart and rebuilt inline,
+  a dict by putting each output in place in a copy of it; other nodes go through
+  ``expand_registered`` and ``build``.
 - Below that, the iterative walker every walk hands its deep subtrees to (``_walker.Walker``),
-  with its cycle check.  CPython runs it about as fast as this recursion (measured on a
-  1,000-deep chain of lists: 0.7-1 µs a level either way), and its depth costs heap, never
-  C stack or recursion limit.
+  with its cycle check.  CPython runs it about as fast as this recursion (measured on a deep
+  chain of lists: docs/performance.md), and its depth costs heap, never C stack or recursion
+  limit.
 
 Semantics kept from ``_map1`` (the test suite runs on both builds): ``f`` is called in leaf
 order (a dict's children in sorted key order), ``is_leaf`` on every object before anything

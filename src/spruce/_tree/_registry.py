@@ -39,7 +39,7 @@ _registry: Final[dict[type, NodeInfo]] = {}
 _cache: Final[dict[type, NodeInfo]] = {}
 # The types classified as leaves, a subset of ``_cache`` kept beside it (same lock, same
 # version check, cleared with it): the uncompiled map (``_pure``) tests ``type(c) in
-# LEAF_TYPES`` inside its comprehensions, one set lookup with no call.
+# LEAF_TYPES`` inside its loops, one set lookup with no call.
 LEAF_TYPES: Final[set[type]] = set()
 _version: list[int] = [0]
 

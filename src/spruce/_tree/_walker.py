@@ -52,8 +52,8 @@ def leaf_path(kstack: list[Any], k: Any, depth: int) -> tuple[Any, ...]:
     if depth == 0:
         return ()
     # Not through ``kstack`` when it holds fewer than two keys: a list that drops from 1 item
-    # to 0 (or from 2 to 1) is reallocated, and from 0 by the C library's ``realloc``: about
-    # 350 instructions a leaf for the children of the root.
+    # to 0 (or from 2 to 1) is reallocated, and from 0 by the C library's ``realloc``, for
+    # every child of the root (measured: docs/performance.md, "Key paths").
     top = len(kstack)
     if top == 0:
         return (k,)
@@ -100,7 +100,8 @@ class _Frame:
 # Compiled: the frames of finished walks, kept for the next deep walk (at most two lists of at
 # most _POOL_FRAMES frames each, cleared before they are kept, so they hold nothing of a tree).
 # A deep walk that allocates a frame per level also feeds the garbage collector an object per
-# level, and the allocation and deallocation were about 40% of a level's instructions.
+# level, and the allocation and deallocation were a large part of a level's instructions
+# (docs/performance.md, "Deep trees and the walker").
 _POOL: Final[list[list[_Frame]]] = []
 _POOL_FRAMES: Final = 1 << 17  # 104 bytes a frame: 14 MiB a list, 28 MiB in all at most
 

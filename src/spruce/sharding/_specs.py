@@ -257,19 +257,18 @@ def specs(tree: Any, rules: Rules, *, mesh: Any = None) -> Any:
     ``Rules.fsdp`` places), the rank of an array whose spec has entries, nothing else (an array
     reshaped in place is seen).  Dict keys that are equal but print differently (``1``,
     ``True``, ``1.0``) give different names, so a tree with dict keys that are not str also has
-    its key paths read on a cached call (``spruce.tree.leaves_with_path``, roughly doubling its
+    its key paths read on a cached call (``spruce.tree.leaves_with_path``, which adds to its
     cost).  Other key-path names (attribute names, positions) are taken to follow from the
     structure: a node registered with ``register_pytree_with_keys`` whose keys come from
     instance data that is not in its aux data gets the names of the cached call (put what the
     keys depend on in the aux data).  Otherwise a cached call walks the tree twice: one
     ``spruce.tree.flatten`` to read its structure and leaves, and one unflatten to build the
     result, which is a new tree each time (the caller may change it); between them it compares
-    the structure with the cached one and reads the checked shapes.  On 10,000 leaves that is
-    1.2-1.35x the instructions of one flatten + unflatten of the tree (fewer than a
-    ``jax.tree.map`` over it) and about 1.2-1.5x its time with the garbage collector on
-    (``benchmarks/bench_sharded.py``; docs/benchmarks.md has the milliseconds).  The first call,
-    which names every leaf and matches it against the rules, costs 8-15 times that. The result
-    is built from the tree's own structure (its dict key order, its static values and key
+    the structure with the cached one and reads the checked shapes: a little more than one
+    flatten + unflatten of the tree, and less than a ``jax.tree.map`` over it.  The first call,
+    which names every leaf and matches it against the rules, costs several times that
+    (measured by ``benchmarks/bench_sharded.py``: docs/performance.md, "sharding.specs").  The
+    result is built from the tree's own structure (its dict key order, its static values and key
     objects), cached or not.  A tree whose structure cannot be compared (an unhashable static
     field) is resolved again on every call.
 
