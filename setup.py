@@ -1,6 +1,6 @@
 """Build hook: compile the pytree engine with mypyc unless SPRUCE_PURE=1.
 
-The engine modules (src/spruce/_tree/_*.py, except _pure.py) are typed Python; mypyc turns
+The engine modules (src/spruce/_tree/_*.py, except _pure.py and _folds.py) are typed Python; mypyc turns
 them into C extensions.  With SPRUCE_PURE=1 the same files are installed as plain Python instead.
 """
 
@@ -10,8 +10,10 @@ from pathlib import Path
 
 from setuptools import setup
 
-# _pure.py is the uncompiled build's own map (recursion shaped for the interpreter): never compiled.
-ENGINE = sorted(str(p) for p in Path("src/spruce/_tree").glob("_*.py") if p.name not in ("__init__.py", "_pure.py"))
+# Never compiled: _pure.py, the uncompiled build's own map (recursion shaped for the interpreter),
+# and _folds.py, whose sentinel defaults a compiled function cannot show to inspect.signature.
+INTERPRETED = ("__init__.py", "_pure.py", "_folds.py")
+ENGINE = sorted(str(p) for p in Path("src/spruce/_tree").glob("_*.py") if p.name not in INTERPRETED)
 
 # pip asks for the metadata (setup.py dist_info) before it builds the wheel (setup.py
 # bdist_wheel); the metadata does not depend on the extensions, so mypyc runs once, not twice.

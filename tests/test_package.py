@@ -52,3 +52,54 @@ def test_unknown_attribute_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         spruce.nope  # noqa: B018
     assert {"io", "nn", "jax", "sharding", "view", "models", "cli"} <= set(dir(spruce))
+
+
+PUBLIC_MODULES = [
+    "spruce",
+    "spruce.tree",
+    "spruce.tree_util",
+    "spruce.jax",
+    "spruce.nn",
+    "spruce.io",
+    "spruce.sharding",
+    "spruce.view",
+    "spruce.models",
+]
+
+
+def _public_callables() -> list[tuple[str, object]]:
+    import importlib
+    import typing
+
+    out = []
+    for name in PUBLIC_MODULES:
+        module = importlib.import_module(name)
+        for attr in getattr(module, "__all__", []):
+            obj = getattr(module, attr)
+            if isinstance(obj, (typing._GenericAlias, type(tuple[int]))) or not callable(obj):  # type aliases
+                continue
+            if getattr(obj, "__module__", "").split(".")[0] not in ("spruce",):
+                continue  # re-exported from JAX (activations in spruce.nn)
+            if isinstance(obj, type) and issubclass(obj, BaseException):
+                continue  # exceptions take BaseException's arguments
+            out.append((f"{name}.{attr}", obj))
+            if isinstance(obj, type):
+                for meth, f in vars(obj).items():
+                    if not meth.startswith("_") and callable(f) and not isinstance(f, type):
+                        out.append((f"{name}.{attr}.{meth}", getattr(obj, meth)))
+    return out
+
+
+def test_every_public_function_has_a_signature() -> None:
+    """``inspect.signature`` (what ``help()`` and editors show) works on every public function and
+    method, compiled builtins of the engine included."""
+    import inspect
+
+    bad = []
+    for name, obj in _public_callables():
+        try:
+            inspect.signature(obj)
+        except (ValueError, TypeError) as e:
+            bad.append(f"{name}: {e}")
+    assert bad == []
+    assert len(_public_callables()) > 200

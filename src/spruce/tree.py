@@ -24,6 +24,8 @@ Semantics follow jax.tree_util, with these intentional differences (each has a t
 
 from ._partial import Partial as Partial
 from ._partial import static as static
+from ._tree._folds import reduce as reduce
+from ._tree._folds import reduce_associative as reduce_associative
 from ._tree._keys import DictKey as DictKey
 from ._tree._keys import FlattenedIndexKey as FlattenedIndexKey
 from ._tree._keys import GetAttrKey as GetAttrKey
@@ -37,15 +39,15 @@ from ._tree._ops import flatten_one_level as flatten_one_level
 from ._tree._ops import flatten_one_level_with_path as flatten_one_level_with_path
 from ._tree._ops import is_leaf as is_leaf
 from ._tree._ops import partition as partition
-from ._tree._ops import reduce as reduce
-from ._tree._ops import reduce_associative as reduce_associative
 from ._tree._ops import transpose as transpose
 from ._tree._registry import is_tree_node as is_tree_node
 from ._tree._registry import register_dataclass as register_dataclass
 from ._tree._registry import register_pytree_node as register_pytree_node
 from ._tree._registry import register_pytree_node_class as register_pytree_node_class
 from ._tree._registry import register_pytree_with_keys as register_pytree_with_keys
-from ._tree._registry import register_pytree_with_keys_class as register_pytree_with_keys_class
+from ._tree._registry import (
+    register_pytree_with_keys_class as register_pytree_with_keys_class,
+)
 from ._tree._registry import register_static as register_static
 from ._tree._registry import unregister as unregister
 from ._tree._traverse import flatten as flatten
@@ -62,7 +64,6 @@ from ._tree._treedef import treedef_children as treedef_children
 from ._tree._treedef import treedef_is_leaf as treedef_is_leaf
 from ._tree._treedef import treedef_tuple as treedef_tuple
 from ._tree._treedef import unflatten as unflatten
-
 
 __all__ = [
     "DictKey",
