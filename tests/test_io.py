@@ -981,7 +981,7 @@ def _set_root(doc: dict[str, Any], node: Any) -> None:
     [
         (lambda d: "{not json", "corrupted spruce.treedef metadata"),
         (lambda d: d.pop("version"), "no version and tree"),
-        (lambda d: d.update(version=99), "format version 99; this spruce reads version 1 and older: upgrade spruce"),
+        (lambda d: d.update(version=99), "format version 99; this spruce reads version 2 and older: upgrade spruce"),
         (lambda d: _set_root(d, {"dict": [["a", {"tensor": "nope"}]]}), "names a tensor 'nope' that the file does not have"),
         (lambda d: _set_root(d, {"list": [{"tensor": "a"}, {"tensor": "a"}]}), "uses the tensor 'a' twice"),
         (lambda d: _set_root(d, {"bogus": []}), "a node has no kind or several"),
