@@ -7,8 +7,8 @@ rebuilds the tree, ``load(path, like=tree)`` fills a given structure (a Module i
 checks every shape and dtype.  Files from other tools load too: a flat ``{name: tensor}`` file
 nests by its dotted names (``unflatten_names``).
 
-- ``save(path, tree, *, metadata=None)``
-- ``save_sharded(directory, tree, *, metadata=None)``: each process writes only its devices'
+- ``save(path, tree, *, metadata=None, skip_code=False)``
+- ``save_sharded(directory, tree, *, metadata=None, skip_code=False)``: each process writes only its devices'
   distinct shards, as plain .safetensors pieces plus one JSON index; atomic as a whole
 - ``load(path, like=None, *, strict=True, rename=None, shardings=None, dtype=None, mmap=True)``
   -> tree, or ``LoadResult`` when ``strict=False``; a file or a sharded directory, placed

@@ -17,7 +17,10 @@ from ._dtypes import NPZ_NAMES, SAFETENSORS_NAMES, describe, dtype_of
 from ._errors import CheckpointError, MismatchError
 from ._files import Entry, MappedFile, Parsed, atomic_write, open_regular, open_same, shape_size, with_path
 from .._names import flatten_names, unflatten_names
-from ._structure import FORMAT_VERSION, TREEDEF_KEY, Decoder, LeafSpec, encode_tree, leaf_table
+from ._structure import (
+    FORMAT_VERSION, TREEDEF_KEY, Decoder, LeafSpec, encode_tree, is_key_dtype, leaf_table, never_stored, wrap_keys,
+)
+from ._values import describe_leaf
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 Rename = Union[Callable[[str], Union[str, None]], Mapping[str, str]]
@@ -305,7 +308,7 @@ def _read_info(path: PathLike, function: str) -> CheckpointInfo:
     return CheckpointInfo(parsed.format, tensors, dict(parsed.metadata))
 
 
-def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None) -> None:
+def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False) -> None:
     """Write a pytree to a .safetensors or .npz checkpoint, atomically.
 
     Every array leaf becomes one tensor named by its key path in dotted form
@@ -320,13 +323,22 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
     - ``numpy.ndarray`` and ``jax.Array`` (copied to the host with ``np.asarray``): a tensor.
       Dtypes: bool, (u)int8-64, float16/32/64, bfloat16, float8 (e4m3fn, e4m3fnuz, e5m2,
       e5m2fnuz, e8m0fnu), complex64; .npz also complex128.
+    - Typed PRNG keys (``jax.random.key(0)``, ``jax.random.split(key, 4)``, any
+      implementation JAX knows by name: ``'threefry2x32'``, ``'rbg'``, ``'unsafe_rbg'``): their
+      key data (``jax.random.key_data``, a uint32 tensor of shape ``keys.shape + (2,)`` or
+      ``+ (4,)``) and the implementation's name, loaded back as typed keys
+      (``jax.random.wrap_key_data``).
     - NumPy scalars (``np.float32(1)``, bfloat16 included): a 0-d tensor, loaded back as a
       NumPy scalar of the same dtype; 0-d arrays load back as 0-d arrays.
     - Python ``bool``, ``int`` (any size), ``float``, ``str``: stored exactly in the metadata
       (not as tensors), loaded back with their type.
-    - anything else (functions, objects, ``jax.ShapeDtypeStruct`` placeholders, complex
-      numbers, bytes) is refused with a ValueError naming its key path, so that a file that
-      saved always loads.
+    - code — functions and other callables (an activation such as ``jax.nn.relu`` in an
+      ``equinox.nn.MLP``, a class, a method) and objects that are neither arrays nor builtin
+      data: refused, or with ``skip_code=True`` left out, the structure recording where and
+      what each was; ``load(path, like=...)`` takes them from ``like``.
+    - anything else (``jax.ShapeDtypeStruct`` placeholders, complex numbers, bytes, arrays of
+      a dtype the format lacks) is refused with a ValueError naming its key path, so that a
+      file that saved always loads.
 
     The file is written to a temporary file in the same folder, flushed to disk (fsync) and
     renamed over ``path``: a crash or a kill at any point leaves either the old file or the
@@ -339,6 +351,11 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
       tree: the pytree to save (a spruce Module included).
       metadata: extra str -> str entries for the file's metadata (keys must not start with
         ``spruce.``).
+      skip_code: if True, leaves that are code (see above) are not stored: the file keeps
+        their dotted names and what they were (``'the function relu (custom_jvp)'``), ``load``
+        with ``like=`` takes them from ``like``, and ``load`` without ``like`` raises
+        CheckpointError listing them.  False (default): such a leaf is a ValueError.  Data the
+        format cannot hold is refused either way.
 
     Raises:
       ValueError: an unknown suffix; a leaf that cannot be stored (its key path is named); two
@@ -353,6 +370,9 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
     >>> load(path)
     {'layers': [{'w': array([[1., 1.],
            [1., 1.]], dtype=float32)}], 'lr': 0.1}
+    >>> save(path, {'w': np.ones(2), 'act': np.tanh}, skip_code=True)
+    >>> load(path, like={'w': np.zeros(2), 'act': np.tanh})
+    {'w': array([1., 1.]), 'act': <ufunc 'tanh'>}
     """
     p = _fspath(path, "save")
     fmt = _save_format(p)
@@ -365,7 +385,7 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
                 raise ValueError(f"save: metadata keys starting with 'spruce.' are reserved, got {k!r}")
             meta[k] = v
     allowed = SAFETENSORS_NAMES if fmt == "safetensors" else NPZ_NAMES
-    enc = encode_tree(tree, allowed, "." + fmt)
+    enc = encode_tree(tree, allowed, "." + fmt, skip_code=skip_code)
     meta[TREEDEF_KEY] = json.dumps(enc.doc, allow_nan=False, separators=(",", ":"))
     writer = _safetensors.write if fmt == "safetensors" else _npz.write
     atomic_write(p, lambda tmp: writer(tmp, enc.arrays, meta, p))
@@ -388,8 +408,9 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
 
     Without ``like``, the structure comes from the file: a file written by spruce is rebuilt
     as it was saved (containers, key order, None holes, namedtuples, Modules with their static
-    fields); arrays are NumPy arrays.  A PyTorch checkpoint (a ``torch.save`` file: ``.pt``,
-    ``.pth``, ``.bin``) gives its pickled structure with NumPy arrays for the tensors, read
+    fields); arrays are NumPy arrays, typed PRNG keys are typed keys (jax.Arrays).  A
+    PyTorch checkpoint (a ``torch.save`` file: ``.pt``, ``.pth``, ``.bin``) gives its
+    pickled structure with NumPy arrays for the tensors, read
     without torch by an unpickler that refuses any global a state dict does not need (the rule
     of ``torch.load(weights_only=True)``; see docs/io.md).  A file without spruce metadata (a
     Hugging Face safetensors file, a ``numpy.savez`` archive) is nested by ``unflatten_names``: dicts,
@@ -398,17 +419,24 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
     built field by field without calling them.  A class that cannot be found here does not
     stop the load: a namedtuple is rebuilt as a namedtuple class of the stored name and
     fields, a dataclass node (a Module) as a ``StoredNode`` stand-in (docs/io.md).  A node
-    that cannot be rebuilt (its class has changed, its static fields were not plain data)
-    raises CheckpointError saying to pass ``like=``.
+    that cannot be rebuilt (its class has changed, its static fields were not plain data, or
+    ``save(..., skip_code=True)`` left code out: all such leaves are listed) raises
+    CheckpointError saying to pass ``like=``.
 
-    With ``like`` (any pytree of the wanted structure, e.g. a freshly built Module, or
-    ``jax.eval_shape`` placeholders), each leaf of ``like`` is filled from the file entry
+    With ``like`` (any pytree of the wanted structure: a freshly built Module, or its
+    placeholders from ``spruce.jax.filter_eval_shape(Model, ...)``, which computes nothing and,
+    unlike ``jax.eval_shape``, accepts models holding functions such as an
+    ``equinox.nn.MLP``'s activation), each leaf of ``like`` is filled from the file entry
     with its dotted name (after ``rename``), and must match it: arrays by shape and dtype
-    (never cast), Python scalars by type.  The result's leaves follow ``like``'s: a
-    ``jax.Array`` leaf gives a jax.Array on the same sharding, a NumPy array a NumPy array, a
-    NumPy scalar a NumPy scalar, a Python scalar a Python scalar (also from a 0-d tensor of
-    the same kind); a ``jax.ShapeDtypeStruct`` gives a NumPy array (a jax.Array if it has a
-    sharding).
+    (cast only as ``dtype=`` says), typed PRNG keys by shape and implementation, Python
+    scalars by type.  A leaf of ``like`` that no checkpoint holds — a function or another
+    object that is neither an array nor a Python bool / int / float / str — is taken from
+    ``like`` when the file has no entry for it (it was filtered out before saving, e.g. with
+    ``equinox.filter(model, equinox.is_array)``, or left out by ``skip_code=True``).  The
+    result's leaves follow ``like``'s: a ``jax.Array`` leaf gives a jax.Array on the same
+    sharding, a NumPy array a NumPy array, a NumPy scalar a NumPy scalar, a Python scalar a
+    Python scalar (also from a 0-d tensor of the same kind); a ``jax.ShapeDtypeStruct`` gives a
+    NumPy array (a jax.Array if it has a sharding); keys are always jax.Arrays.
 
     Arrays from a .safetensors file or an uncompressed .npz are memory-mapped copy-on-write:
     nothing is read until used, and writing to them does not change the file.  Before any
@@ -428,7 +456,8 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
         (names it lacks are kept) or a function (returning None drops the entry).  E.g. a
         Hugging Face BERT tensor ``encoder.layer.0.attention.self.query.weight`` to
         ``layers.0.attention.query_proj.weight``.  Without ``like``, the renamed flat entries
-        are nested by ``unflatten_names`` (the stored structure is not used).
+        are nested by ``unflatten_names`` (the stored structure is not used: typed PRNG keys
+        are their uint32 key data, leaves that ``save`` left out are absent).
       shardings: a ``jax.sharding.Sharding``, or a tree of them (None: not placed) matching
         ``like`` or a prefix of it (without ``like``: the stored tree): each array leaf
         becomes a ``jax.Array`` built with ``jax.make_array_from_callback``, each device
@@ -441,9 +470,13 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
         arrays.
       dtype: None (default): dtypes must match exactly.  A floating-point dtype
         (``jnp.float32``, ``'bfloat16'``): every floating-point tensor is cast to it (integer
-        and bool tensors are not; another dtype is a TypeError).  ``'like'``: floating-point tensors are cast to the dtype of the floating
-        ``like`` leaf they load into (PyTorch's ``load_state_dict`` copies into the
-        parameter's dtype the same way).  Casting copies the array.
+        and bool tensors are not; another dtype is a TypeError).  ``'like'``: each tensor is
+        cast to the dtype of the ``like`` leaf it loads into when both are floating-point, or
+        both integers (PyTorch's ``load_state_dict`` copies into the parameter's dtype the same
+        way) — an integer tensor only if every value fits the target (int64 position ids
+        into an int32 leaf), else a MismatchError naming the key path, the values and the
+        target's range; bool tensors and keys are never cast.  Casting copies the array
+        (and reads a cast integer tensor whole, to check its range).
       mmap: True (default): arrays are views of a copy-on-write memory map.  False: every
         array is copied into memory before ``load`` returns, so that nothing refers to the
         file afterwards (rewriting or truncating it cannot disturb the arrays).
@@ -454,8 +487,9 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
     Raises:
       CheckpointError: the file is not a checkpoint (or not a regular file), is corrupted or
         truncated, its header lies, or its stored structure cannot be rebuilt without ``like``.
-      MismatchError: with ``like``, a shape / dtype / kind differs (always), or (strict) names
-        are missing or unexpected; the message lists the dotted names.
+      MismatchError: with ``like``, a shape / dtype / kind differs (always), an integer tensor
+        does not fit the dtype ``dtype='like'`` casts it to, or (strict) names are missing or
+        unexpected; the message lists the dotted names.
       ValueError: ``rename`` maps two entries to one name; ``shardings`` is not a prefix of
         the tree (naming the key path); ``dtype='like'`` without ``like`` or ``shardings``.
       TypeError: an entry of ``shardings`` that is not a Sharding, a Device or None (naming
@@ -506,6 +540,7 @@ def _load_plain(
 ) -> tuple[Any, list[str], list[str]]:
     """Load without ``like``: the stored structure, or the names nested."""
     if rename is None and doc is not None:
+        _refuse_skipped(parsed, [s for s in leaf_table(doc["tree"], parsed.path) if s.skipped])
         dec = Decoder(parsed.path, array)
         tree = dec.decode(doc["tree"])
         unexpected = [n for n in parsed.tensors if n not in dec.used]
@@ -517,8 +552,25 @@ def _load_plain(
             )
         return tree, [], unexpected
     entries = _renamed(_entries(parsed, doc), rename)
-    flat = {target: _plain(array, spec) for target, (_, spec) in entries.items()}
+    # (the names of the file's data: leaves that save left out hold none)
+    flat = {target: _plain(array, spec) for target, (_, spec) in entries.items() if not spec.skipped}
     return unflatten_names(flat), [], []
+
+
+def _refuse_skipped(parsed: Parsed, skipped: list[LeafSpec]) -> None:
+    """Raise if the stored structure has leaves that ``save(skip_code=True)`` left out."""
+    if not skipped:
+        return
+    shown = ", ".join(f"{s.name!r} ({s.value[:100]})" for s in skipped[:_MAX_LISTED])
+    more = f" and {len(skipped) - _MAX_LISTED} more" if len(skipped) > _MAX_LISTED else ""
+    raise CheckpointError(
+        f"the stored structure cannot be rebuilt without like=: save left out {len(skipped)} "
+        f"{'leaves that are' if len(skipped) > 1 else 'leaf that is'} code, "
+        f"not data (skip_code=True): {shown}{more}. Load it into a tree of the same structure "
+        "with spruce.io.load(path, like=...), which takes them from like; "
+        "spruce.jax.filter_eval_shape(Model, ...) builds one without computing anything",
+        parsed.path,
+    )
 
 
 class _Cast:
@@ -538,6 +590,12 @@ class _Cast:
     def result(self, stored: np.dtype[Any], wanted: Any = None) -> np.dtype[Any]:
         """The dtype a tensor stored as ``stored`` loads as (into a leaf of dtype ``wanted``)."""
         if not _is_float(stored):
+            if self.like and wanted is not None and _is_int(stored) and not is_key_dtype(wanted):
+                try:
+                    w = np.dtype(wanted)
+                except TypeError:
+                    return stored
+                return w if _is_int(w) else stored
             return stored
         if self.dtype is not None:
             return self.dtype
@@ -553,6 +611,30 @@ class _Cast:
 
 def _is_float(dt: np.dtype[Any]) -> bool:
     return dt.kind == "f" or (dt.kind == "V" and "float" in dt.name)
+
+
+def _is_int(dt: np.dtype[Any]) -> bool:
+    return dt.kind in "iu"
+
+
+class _Unfit(Exception):
+    """A file entry that cannot load into its ``like`` leaf; the message is the file side of
+    the mismatch line."""
+
+
+def _check_fits(arr: np.ndarray[Any, Any], to: np.dtype[Any], stored_text: str) -> None:
+    """Raise _Unfit unless every value of the integer array ``arr`` fits the integer ``to``."""
+    if arr.size == 0:
+        return
+    info = np.iinfo(to)
+    lo, hi = int(arr.min()), int(arr.max())
+    if info.min <= lo and hi <= info.max:
+        return
+    bad = lo if lo < info.min else hi
+    raise _Unfit(
+        f"{stored_text} holding {bad} (its values span [{lo}, {hi}]), outside the range of "
+        f"{describe(to)}, [{info.min}, {info.max}], so dtype='like' cannot cast it"
+    )
 
 
 def dtype_of_any(dtype: Any) -> np.dtype[Any]:
@@ -616,7 +698,7 @@ def _renamed(entries: dict[str, LeafSpec], rename: Rename | None) -> dict[str, t
 
 
 def _plain(array: Callable[[str], Any], spec: LeafSpec) -> Any:
-    """The leaf as load without ``like`` gives it."""
+    """The leaf as load without ``like`` gives it by name (typed keys as their key data)."""
     if not spec.tensor:
         return spec.value
     arr = array(spec.name)
@@ -624,9 +706,13 @@ def _plain(array: Callable[[str], Any], spec: LeafSpec) -> Any:
 
 
 def _spec_text(parsed: Parsed, spec: LeafSpec, cast: _Cast | None = None, x: Any = None) -> str:
+    if spec.skipped:
+        return f"no data: save left out {spec.value[:200]} (skip_code=True)"
     if not spec.tensor:
         return f"a stored {type(spec.value).__name__} value"
     e = parsed.tensors[spec.name]
+    if spec.key is not None:
+        return f"PRNG keys ({spec.key[:60]}) with key data {describe(e.final_dtype)}{list(e.shape)}"
     text = f"{describe(e.final_dtype)}{list(e.shape)}"
     if cast is not None and (cast.like or cast.dtype is not None):
         to = cast.result(e.final_dtype, getattr(x, "dtype", None))
@@ -639,6 +725,8 @@ def _spec_text(parsed: Parsed, spec: LeafSpec, cast: _Cast | None = None, x: Any
 def _like_text(x: Any) -> str:
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return f"{describe(x.dtype)}{list(x.shape)}"
+    if never_stored(x):
+        return describe_leaf(x)
     return f"a {type(x).__name__}"
 
 
@@ -695,7 +783,15 @@ def _place(reader: Any, name: str, sharding: Any, dtype: np.dtype[Any], where: s
 
 def _fill(parsed: Parsed, reader: Any, spec: LeafSpec, x: Any, sharding: Any, cast: _Cast, where: str) -> tuple[bool, Any]:
     """``(ok, value)``: the file entry ``spec`` loaded as the kind of leaf ``x`` is (placed on
-    ``sharding`` if it is not None); ``where`` is the leaf's key path, for errors."""
+    ``sharding`` if it is not None); ``where`` is the leaf's key path, for errors.
+
+    Raises:
+      _Unfit: an integer tensor whose values do not fit the dtype ``dtype='like'`` casts to.
+    """
+    if spec.skipped:  # code the file does not hold: like's own, if like has code there
+        return (True, x) if never_stored(x) else (False, None)
+    if spec.key is not None or is_key_dtype(getattr(x, "dtype", None)):
+        return _fill_keys(parsed, reader, spec, x, sharding, where)
     t = type(x)
     if t is bool or t is int or t is float:
         if not spec.tensor:
@@ -724,12 +820,32 @@ def _fill(parsed: Parsed, reader: Any, spec: LeafSpec, x: Any, sharding: Any, ca
     jarr, sds = _jax_types()
     if sharding is None and ((jarr is not None and isinstance(x, jarr)) or (sds is not None and isinstance(x, sds) and x.sharding is not None)):
         sharding = x.sharding
+    if to != e.final_dtype and _is_int(to):
+        _check_fits(reader.array(spec.name), to, _spec_text(parsed, spec))
     if sharding is not None and not isinstance(x, np.generic):
         return True, _place(reader, spec.name, sharding, to, where)
     arr = cast.apply(reader.array(spec.name), to)
     if isinstance(x, np.generic):
         return True, arr[()]
     return True, arr
+
+
+def _fill_keys(parsed: Parsed, reader: Any, spec: LeafSpec, x: Any, sharding: Any, where: str) -> tuple[bool, Any]:
+    """``_fill`` for typed PRNG keys: stored keys into a key leaf of ``like`` (a key array or
+    a ``jax.ShapeDtypeStruct``) of the same shape and implementation; a jax.Array, placed on
+    ``sharding``, else on the leaf's own sharding, else on JAX's default device."""
+    if spec.key is None or not is_key_dtype(getattr(x, "dtype", None)):
+        return False, None
+    keys = wrap_keys(reader.array(spec.name), spec.key, parsed.path, where)
+    if keys.dtype != x.dtype or tuple(keys.shape) != tuple(x.shape):
+        return False, None
+    if sharding is None:
+        sharding = getattr(x, "sharding", None)
+    if sharding is not None:
+        import jax
+
+        keys = jax.device_put(keys, sharding)
+    return True, keys
 
 
 def _shardings_for(shardings: Any, like: Any, n: int) -> list[Any]:
@@ -758,18 +874,24 @@ def _load_like(
     for name, x, sharding in zip(names, leaves, placements):
         hit = entries.get(name)
         if hit is None:
-            missing.append(name)
+            if not never_stored(x):  # (code that no file holds stays like's, not missing)
+                missing.append(name)
             out.append(x)
             continue
         used.add(name)
-        ok, value = _fill(parsed, reader, hit[1], x, sharding, cast, name)
+        unfit = None
+        try:
+            ok, value = _fill(parsed, reader, hit[1], x, sharding, cast, name)
+        except _Unfit as e:
+            ok, unfit = False, str(e)
         if not ok:
             shown = name if hit[0] == name else f"{name} (stored as {hit[0]})"
-            mismatched.append((shown, _like_text(x), _spec_text(parsed, hit[1], cast, x)))
+            mismatched.append((shown, _like_text(x), unfit or _spec_text(parsed, hit[1], cast, x)))
             out.append(x)
             continue
         out.append(value)
-    unexpected = [orig for target, (orig, _) in entries.items() if target not in used]
+    # (leaves save left out hold no data: like need not have them)
+    unexpected = [orig for target, (orig, spec) in entries.items() if target not in used and not spec.skipped]
     if mismatched:
         lines = "; ".join(f"{n}: like has {a}, the file {b}" for n, a, b in mismatched[:_MAX_LISTED])
         more = f" and {len(mismatched) - _MAX_LISTED} more" if len(mismatched) > _MAX_LISTED else ""

@@ -144,7 +144,7 @@ def _write_piece(path: str, blocks: list[_Block], arrays: Mapping[str, Any]) -> 
         os.fsync(f.fileno())
 
 
-def save_sharded(directory: Any, tree: Any, *, metadata: Mapping[str, str] | None = None) -> None:
+def save_sharded(directory: Any, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False) -> None:
     """Write a pytree as a sharded checkpoint: a directory of .safetensors pieces and an index.
 
     Each process writes only the shards its devices hold, and each distinct shard exactly once
@@ -173,9 +173,10 @@ def save_sharded(directory: Any, tree: Any, *, metadata: Mapping[str, str] | Non
 
     Args:
       directory: the checkpoint directory (created if missing; parents must exist).
-      tree: the pytree; ``jax.Array`` leaves are written shard by shard, other leaves as
-        ``save`` writes them.
+      tree: the pytree; ``jax.Array`` leaves are written shard by shard (typed PRNG keys:
+        their key data, shard by shard), other leaves as ``save`` writes them.
       metadata: extra str -> str entries (keys must not start with ``spruce.``).
+      skip_code: as for ``save``: leave out functions and other code instead of refusing them.
 
     Raises:
       ValueError: a leaf that cannot be stored (naming its key path), bad metadata.
@@ -195,7 +196,7 @@ def save_sharded(directory: Any, tree: Any, *, metadata: Mapping[str, str] | Non
         if k.startswith("spruce."):
             raise ValueError(f"save_sharded: metadata keys starting with 'spruce.' are reserved, got {k!r}")
         meta[k] = v
-    enc = encode_tree(tree, SAFETENSORS_NAMES, ".safetensors", keep_jax=True)
+    enc = encode_tree(tree, SAFETENSORS_NAMES, ".safetensors", keep_jax=True, skip_code=skip_code)
     meta[TREEDEF_KEY] = json.dumps(enc.doc, allow_nan=False, separators=(",", ":"))
     me, count = _process()
     gen = secrets.token_hex(8)

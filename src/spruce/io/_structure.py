@@ -3,13 +3,15 @@
 ``encode_tree`` walks a pytree with ``spruce.tree.flatten_one_level_with_path`` and returns the
 document and the arrays to store, by dotted name; ``decode_tree`` rebuilds the tree from the
 document and a tensor reader; ``leaf_table`` lists the document's leaves for loading into
-``like=``.  The schema (version 1) is documented in docs/io.md:
+``like=``.  The schema (version 2) is documented in docs/io.md:
 
-    {"version": 1, "tree": NODE}
+    {"version": 1 | 2, "tree": NODE}
 
     NODE = null                                     None (an empty node)
          | {"tensor": NAME}                         an array leaf
          | {"tensor": NAME, "scalar": true}         a NumPy scalar leaf (np.float32(1.0))
+         | {"tensor": NAME, "key": IMPL}            typed PRNG keys: their key data (version 2)
+         | {"skipped": WHAT, "name": NAME}          code that save(skip_code=True) left out (version 2)
          | {"value": VALUE, "name": NAME}           a Python bool/int/float/str leaf
          | {"tuple": [NODE, ...]} | {"list": [NODE, ...]}
          | {"dict": [[KEY, NODE], ...]}             insertion order; KEY is a VALUE
@@ -23,7 +25,8 @@ document and a tensor reader; ``leaf_table`` lists the document's leaves for loa
 
 Any class node may carry ``"opaque": REASON`` when it cannot be rebuilt from the file alone
 (class not importable, static data that is not plain data, custom flatten functions): its
-leaves are still stored, and loading it needs ``like=``.
+leaves are still stored, and loading it needs ``like=``.  A document is written as version 1
+unless it has a node that version 2 added, so that older readers load every file they can.
 """
 
 from __future__ import annotations
@@ -41,9 +44,9 @@ from .. import tree as _tree
 from ._dtypes import describe, name_of
 from ._errors import CheckpointError
 from .._names import component, escaper, path_text
-from ._values import NotData, class_ref, decode_value, describe_code, encode_value, resolve
+from ._values import NotData, class_ref, decode_value, describe_code, describe_leaf, encode_value, is_code, resolve
 
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
 TREEDEF_KEY: Final = "spruce.treedef"
 RESERVED_NAMES: Final = frozenset(["__metadata__"])
 MAX_DEPTH: Final = 100
@@ -62,6 +65,79 @@ def _jax_array_type() -> Any:
     return None if jax is None else getattr(jax, "Array", None)
 
 
+def is_key_dtype(dtype: Any) -> bool:
+    """True for the dtype of typed PRNG keys (``jax.random.key(0).dtype``, ``key<fry>``)."""
+    jax = sys.modules.get("jax")
+    if jax is None or dtype is None or isinstance(dtype, np.dtype):
+        return False
+    try:
+        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+    except TypeError:
+        return False
+
+
+def never_stored(x: Any) -> bool:
+    """True for a leaf that no checkpoint holds: neither array-like (an array, a NumPy scalar, a
+    ``jax.ShapeDtypeStruct`` placeholder) nor a Python bool / int / float / str.  ``save``
+    refuses such a leaf (or, ``skip_code=True``, leaves code out), so ``load(..., like=...)``
+    takes it from ``like``."""
+    t = type(x)
+    if t is bool or t is int or t is float or t is str:
+        return False
+    return not (hasattr(x, "shape") and hasattr(x, "dtype"))
+
+
+def wrap_keys(data: Any, impl: str, file: str, where: str) -> Any:
+    """Typed PRNG keys from their key data: ``jax.random.wrap_key_data(data, impl=impl)``.
+
+    Raises:
+      CheckpointError: JAX is not installed, the data is not uint32, ``impl`` is not an
+        implementation JAX knows by name, or the data does not have its shape; naming
+        ``where`` and ``file``.
+    """
+    try:
+        import jax
+    except ImportError:  # pragma: no cover - jax is installed wherever keys were saved
+        raise CheckpointError(f"the stored structure at {where or '<root>'!r} holds PRNG keys ({impl[:60]}), which need JAX", file) from None
+    if np.dtype(data.dtype) != np.uint32:
+        raise CheckpointError(
+            f"the stored structure at {where or '<root>'!r} holds PRNG keys ({impl[:60]}) whose key "
+            f"data is {describe(data.dtype)}, not uint32",
+            file,
+        )
+    try:
+        return jax.random.wrap_key_data(jax.numpy.asarray(data), impl=impl)
+    except (TypeError, ValueError, KeyError) as e:
+        raise CheckpointError(
+            f"the stored structure at {where or '<root>'!r} holds PRNG keys of the implementation "
+            f"{impl[:60]!r} with key data of shape {list(np.shape(data))}, which JAX cannot rebuild: {e}",
+            file,
+        ) from None
+
+
+_key_names: dict[Any, str | None] = {}
+
+
+def key_impl_name(x: Any) -> str | None:
+    """The name of the PRNG implementation of the key array ``x`` if
+    ``jax.random.wrap_key_data(..., impl=name)`` gives keys of the same dtype back, else None
+    (an implementation not registered by name)."""
+    import jax
+
+    if x.dtype in _key_names:
+        return _key_names[x.dtype]
+    name: str | None = str(jax.random.key_impl(x))
+    try:
+        one = jax.numpy.zeros(tuple(jax.random.key_data(x).shape[x.ndim:]), jax.numpy.uint32)
+        if jax.random.wrap_key_data(one, impl=name).dtype != x.dtype:
+            name = None
+    except (TypeError, ValueError, KeyError):
+        name = None
+    if len(_key_names) < 64:
+        _key_names[x.dtype] = name
+    return name
+
+
 def _is_namedtuple_class(t: type) -> bool:
     return issubclass(t, tuple) and isinstance(getattr(t, "_fields", None), tuple)
 
@@ -78,10 +154,12 @@ class Encoded(NamedTuple):
 
 
 class _Encoder:
-    def __init__(self, allowed: frozenset[str], fmt: str, keep_jax: bool = False) -> None:
+    def __init__(self, allowed: frozenset[str], fmt: str, keep_jax: bool = False, skip_code: bool = False) -> None:
         self.allowed = allowed
         self.fmt = fmt
         self.keep_jax = keep_jax
+        self.skip_code = skip_code
+        self.version = 1  # raised to 2 by a node that version 2 added
         self.esc = escaper(".")
         self.arrays: dict[str, np.ndarray[Any, Any]] = {}
         self.where: dict[str, tuple[Any, ...]] = {}
@@ -132,6 +210,8 @@ class _Encoder:
             self.arrays[name] = self.array(path, np.asarray(x), "a NumPy scalar")
             return {"tensor": name, "scalar": True}
         jarr = _jax_array_type()
+        if jarr is not None and isinstance(x, jarr) and is_key_dtype(x.dtype):
+            return self.keys(x, path)
         if jarr is not None and isinstance(x, jarr) and self.keep_jax:
             if name_of(x.dtype, self.allowed) is None:
                 raise self.fail(path, f"is a jax.Array of dtype {describe(x.dtype)}, which {self.fmt} files cannot hold")
@@ -152,15 +232,40 @@ class _Encoder:
                 f"is a {t.__name__} with a shape and a dtype but no data (a placeholder such as "
                 "jax.ShapeDtypeStruct); only arrays can be saved",
             )
+        code = is_code(x)
+        if code and self.skip_code:
+            self.version = 2
+            return {"skipped": describe_leaf(x), "name": self.claim(path)}
+        hint = (
+            " (save(..., skip_code=True) leaves code out, and load(path, like=...) takes it "
+            "from like)" if code else ""
+        )
         try:
             encode_value(x)
         except NotData as e:
             raise self.fail(
                 path,
                 f"cannot be saved: {e}. Leaves must be arrays, NumPy scalars or Python "
-                "bool/int/float/str",
+                f"bool/int/float/str{hint}",
             ) from None
-        raise self.fail(path, f"is a {t.__name__}, which cannot be saved")
+        raise self.fail(path, f"is a {t.__name__}, which cannot be saved{hint}")
+
+    def keys(self, x: Any, path: tuple[Any, ...]) -> Any:
+        """Typed PRNG keys: their key data as a uint32 tensor, and the implementation's name."""
+        import jax
+
+        impl = key_impl_name(x)
+        if impl is None:
+            raise self.fail(
+                path,
+                f"is an array of PRNG keys ({x.dtype}) whose implementation JAX cannot find by "
+                f"its name {str(jax.random.key_impl(x))!r}, so it could not be rebuilt",
+            )
+        data: Any = jax.random.key_data(x)  # (a jax.Array, kept as it is with keep_jax)
+        name = self.claim(path)
+        self.arrays[name] = data if self.keep_jax else self.array(path, np.asarray(data), "key data")
+        self.version = 2
+        return {"tensor": name, "key": impl}
 
     def node(self, x: Any, path: tuple[Any, ...], depth: int) -> Any:
         if depth > MAX_DEPTH:
@@ -301,17 +406,19 @@ class _Encoder:
         return out
 
 
-def encode_tree(tree: Any, allowed: frozenset[str], fmt: str, keep_jax: bool = False) -> Encoded:
+def encode_tree(tree: Any, allowed: frozenset[str], fmt: str, keep_jax: bool = False, skip_code: bool = False) -> Encoded:
     """The structure document of ``tree`` and its arrays (contiguous, little-endian) by name.
     With ``keep_jax``, jax.Array leaves are returned as they are (not copied to the host).
+    With ``skip_code``, leaves that are code (``is_code``) are recorded as skipped instead of
+    refused.  Typed PRNG keys are stored as their key data (a jax.Array with ``keep_jax``).
 
     Raises:
       ValueError: a leaf that cannot be stored (naming its key path and why), two leaves with
         the same name, a dict key that is not plain data, a tree deeper than MAX_DEPTH.
     """
-    enc = _Encoder(allowed, fmt, keep_jax)
+    enc = _Encoder(allowed, fmt, keep_jax, skip_code)
     root = enc.node(tree, (), 0)
-    return Encoded({"version": FORMAT_VERSION, "tree": root}, enc.arrays)
+    return Encoded({"version": enc.version, "tree": root}, enc.arrays)
 
 
 def rebuild_fields(cls: Any, names: list[str], children: list[Any], static: list[tuple[str, Any]]) -> Any:
@@ -329,12 +436,16 @@ def rebuild_fields(cls: Any, names: list[str], children: list[Any], static: list
 
 
 class LeafSpec(NamedTuple):
-    """A leaf of a stored structure: a tensor (``scalar``: a NumPy scalar) or a stored value."""
+    """A leaf of a stored structure: a tensor (``scalar``: a NumPy scalar; ``key``: the key
+    data of typed PRNG keys of that implementation), a stored value, or (``skipped``) code
+    that ``save`` left out, ``value`` saying what it was."""
 
     name: str
     tensor: bool
     scalar: bool
     value: Any
+    key: str | None = None
+    skipped: bool = False
 
 
 class _Corrupt(Exception):
@@ -362,7 +473,8 @@ def _fields(node: dict[str, Any]) -> list[tuple[str, Any]]:
     return pairs
 
 
-_KINDS: Final = ("tuple", "list", "dict", "OrderedDict", "defaultdict", "deque", "namedtuple", "structseq", "class", "tensor", "value")
+_KINDS: Final = ("tuple", "list", "dict", "OrderedDict", "defaultdict", "deque", "namedtuple", "structseq", "class", "tensor", "value", "skipped")
+_LEAVES: Final = ("tensor", "value", "skipped")
 
 
 def _kind(node: Any) -> str:
@@ -378,9 +490,15 @@ def _leaf_spec(node: dict[str, Any], kind: str) -> LeafSpec:
         _need(type(name) is str, "a tensor name is not a str")
         scalar = node.get("scalar", False)
         _need(type(scalar) is bool, "'scalar' is not a bool")
-        return LeafSpec(name, True, scalar, None)
+        key = node.get("key")
+        _need(key is None or (type(key) is str and not scalar), "'key' is not a str, or is on a scalar")
+        return LeafSpec(name, True, scalar, None, key)
     name = node.get("name")
-    _need(type(name) is str, "a value leaf has no name")
+    _need(type(name) is str, f"a {kind} leaf has no name")
+    if kind == "skipped":
+        what = node["skipped"]
+        _need(type(what) is str, "a skipped leaf's description is not a str")
+        return LeafSpec(name, False, False, what, None, True)
     try:
         value = decode_value(node["value"])
     except ValueError as e:
@@ -426,7 +544,7 @@ def leaf_table(doc_tree: Any, file: str) -> list[LeafSpec]:
             if node is None:
                 continue
             kind = _kind(node)
-            if kind in ("tensor", "value"):
+            if kind in _LEAVES:
                 out.append(_leaf_spec(node, kind))
                 continue
             kids = _children(node, kind)
@@ -551,14 +669,18 @@ class Decoder:
         if node is None:
             return None
         kind = _kind(node)
-        if kind in ("tensor", "value"):
+        if kind in _LEAVES:
             spec = _leaf_spec(node, kind)
+            if spec.skipped:
+                raise self.cannot_rebuild(where, f"save left out {spec.value[:200]} (skip_code=True)")
             if not spec.tensor:
                 return spec.value
             if spec.name in self.used:
                 raise self.fail(where, f"uses the tensor {spec.name!r} twice")
             self.used.add(spec.name)
             arr = self.tensor(spec.name)
+            if spec.key is not None:
+                return wrap_keys(arr, spec.key, self.file, where)
             if spec.scalar:
                 if arr.shape != ():
                     raise self.fail(where, f"is a scalar but its tensor has shape {arr.shape}")

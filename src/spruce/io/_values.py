@@ -72,6 +72,41 @@ def describe_code(x: Any) -> str:
     return f"the function {name}" if kind == "function" else f"the function {name} ({kind})"
 
 
+# Builtin types whose instances are data, even where a checkpoint cannot hold them (complex,
+# bytes, sets): ``is_code`` is False for them, so ``save(..., skip_code=True)`` still refuses them.
+_DATA_TYPES: Final = (
+    bool, int, float, complex, str, bytes, bytearray, memoryview, type(None), list, tuple, dict,
+    set, frozenset, range, slice, np.dtype, np.ndarray, np.generic,
+)
+
+
+def is_code(x: Any) -> bool:
+    """True for a leaf that is code or an object rather than data: any callable that is not an
+    array (a function, an activation such as ``jax.nn.relu``, a class, a bound method, a
+    ``functools.partial``), or an object that is neither array-like (a ``shape`` and a
+    ``dtype``, or ``__array__``) nor an instance of a builtin data type (numbers, str, bytes,
+    containers, ``None``, NumPy dtypes).  What ``save(..., skip_code=True)`` leaves out.
+
+    >>> import math
+    >>> is_code(math.sqrt), is_code(object()), is_code(dict), is_code(1j), is_code(b'x')
+    (True, True, True, False, False)
+    """
+    if isinstance(x, type):
+        return True
+    if hasattr(x, "__array__") or (hasattr(x, "shape") and hasattr(x, "dtype")):
+        return False
+    return callable(x) or not isinstance(x, _DATA_TYPES)
+
+
+def describe_leaf(x: Any) -> str:
+    """A leaf for messages, without its repr: ``describe_code`` for a callable, else its type
+    (``'a mypkg.Thing'``)."""
+    if callable(x):
+        return describe_code(x)
+    name = _type_name(x)
+    return f"{'an' if name[:1] in 'aeiouAEIOU' else 'a'} {name}"
+
+
 def encode_value(x: Any, depth: int = 0) -> Any:
     """``x`` as JSON (see the module docstring).
 
