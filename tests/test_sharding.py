@@ -178,10 +178,11 @@ def test_specs_cache_sees_new_shapes() -> None:
     assert two == {"w": P("m"), "b": None}
 
 
+@pytest.mark.filterwarnings("ignore:the rules? .* matched no array leaf")
 def test_specs_cache_checks_what_specs_depend_on() -> None:
     m = sh.mesh({"m": 1})
     # without a mesh a spec depends on the rank only: a rank that no longer fits is an error
-    ranked = sh.Rules([("w", P("m", None)), ("**", None)])
+    ranked = sh.Rules([("w", P("m", None)), ("**", None)], strict=False)
     assert sh.specs({"w": np.zeros((4, 4)), "b": np.zeros(3)}, ranked) == {"w": P("m", None), "b": P()}
     with pytest.raises(sh.ShardingError, match=r"key path 'w': the spec P\('m', None\) has 2 entries but the array has shape \(4,\)"):
         sh.specs({"w": np.zeros(4), "b": np.zeros(3)}, ranked)
@@ -203,7 +204,7 @@ def test_specs_cache_checks_what_specs_depend_on() -> None:
             x.shape, x.dtype = shape, np.dtype("float32")  # type: ignore[attr-defined]
         return x
 
-    rules = sh.Rules([("w", P("m")), ("**", None)])
+    rules = sh.Rules([("w", P("m")), ("**", None)], strict=False)
     assert sh.specs({"w": loose()}, rules) == {"w": None}
     assert sh.specs({"w": loose((4,))}, rules) == {"w": P("m")}
     with pytest.raises(sh.ShardingError, match=r"has 1 entries but the array has shape \(\)"):
@@ -211,12 +212,13 @@ def test_specs_cache_checks_what_specs_depend_on() -> None:
     assert sh.specs({"w": loose()}, rules) == {"w": None}
 
 
+@pytest.mark.filterwarnings("ignore:the rules? .* matched no array leaf")
 def test_specs_cache_keeps_trees_of_one_size_apart() -> None:
     """Two trees with as many nodes and leaves (an encoder and a decoder) are both cached: a
     call alternating between them resolves each once (the same resolution is returned)."""
     from spruce import tree as st
 
-    rules = sh.Rules([("enc.*", P("m")), ("**", None)])
+    rules = sh.Rules([("enc.*", P("m")), ("**", None)], strict=False)
     enc, dec = {"enc": {"q": np.zeros(4), "k": np.zeros(4)}}, {"dec": {"q": np.zeros(4), "k": np.zeros(4)}}
     resolved = {}
     for _ in range(2):
@@ -229,15 +231,16 @@ def test_specs_cache_keeps_trees_of_one_size_apart() -> None:
     # and the cache stays bounded
     for i in range(3 * sh_specs._CACHE_SIZE):  # as many structures of one size, and as many rules
         sh.specs({f"k{i}": np.zeros(4)}, rules)
-        sh.specs({"k": np.zeros(4)}, sh.Rules([(f"k{i}", None), ("**", None)]))
+        sh.specs({"k": np.zeros(4)}, sh.Rules([(f"k{i}", None), ("**", None)], strict=False))
     assert sum(len(w) for w in sh_specs._cache.values()) == sh_specs._cached[0] <= sh_specs._CACHE_SIZE
     assert max(len(w) for w in sh_specs._cache.values()) <= sh_specs._CACHE_WAYS
 
 
+@pytest.mark.filterwarnings("ignore:the rules? .* matched no array leaf")
 def test_specs_cache_tells_equal_dict_keys_with_other_names_apart() -> None:
     """The dict keys 1, True and 1.0 are equal, so the structures of these trees are equal,
     but the leaves' names differ ('1.w', 'True.w', '1%2E0.w')."""
-    rules = sh.Rules([("True.w", P("m")), ("1%2E0.w", P(None, "m")), ("**", None)])
+    rules = sh.Rules([("True.w", P("m")), ("1%2E0.w", P(None, "m")), ("**", None)], strict=False)
     a = np.zeros((4, 4))
     for _ in range(2):
         assert sh.specs({1: {"w": a}}, rules) == {1: {"w": P()}}
@@ -245,7 +248,7 @@ def test_specs_cache_tells_equal_dict_keys_with_other_names_apart() -> None:
         assert sh.specs({1.0: {"w": a}}, rules) == {1.0: {"w": P(None, "m")}}
         assert list(sh.specs({True: {"w": a}}, rules)) == [True]
     # deeper, and after other non-str keys: only the second key of 'a' differs
-    deep = sh.Rules([("a.True.w", P("m")), ("a.-0%2E0.w", P(None, "m")), ("**", None)])
+    deep = sh.Rules([("a.True.w", P("m")), ("a.-0%2E0.w", P(None, "m")), ("**", None)], strict=False)
     for _ in range(2):
         assert sh.specs({"a": {0: {"w": a}, 1: {"w": a}}}, deep) == {"a": {0: {"w": P()}, 1: {"w": P()}}}
         assert sh.specs({"a": {0: {"w": a}, True: {"w": a}}}, deep) == {"a": {0: {"w": P()}, True: {"w": P("m")}}}
@@ -253,6 +256,7 @@ def test_specs_cache_tells_equal_dict_keys_with_other_names_apart() -> None:
         assert sh.specs({"a": {-0.0: {"w": a}, 1: {"w": a}}}, deep) == {"a": {-0.0: {"w": P(None, "m")}, 1: {"w": P()}}}
 
 
+@pytest.mark.filterwarnings("ignore:the rules? .* matched no array leaf")
 def test_specs_cache_probes_equal_dict_keys_under_a_node_that_repeats_its_key() -> None:
     """A node whose children all have one key entry: the dicts under its two children are
     different nodes, so the name of the second one's key is probed on a cached call too (the
@@ -269,7 +273,7 @@ def test_specs_cache_probes_equal_dict_keys_under_a_node_that_repeats_its_key() 
         Same, lambda x: ([(shared, c) for c in x.children], len(x.children)), lambda n, ch: Same(*ch)
     )
     try:
-        rules = sh.Rules([("s.1.*", P("m")), ("s.True.*", P(None, "m")), ("**", None)])
+        rules = sh.Rules([("s.1.*", P("m")), ("s.True.*", P(None, "m")), ("**", None)], strict=False)
         a = np.zeros((4, 4))
         for _ in range(2):
             assert sh.specs(Same({1: {"p": a}}, {1: {"q": a}}), rules).children == ({1: {"p": P("m")}}, {1: {"q": P("m")}})
@@ -697,3 +701,27 @@ def test_a_save_killed_with_sigkill_leaves_a_loadable_checkpoint(tmp_path: Any, 
     tree = sio.load(folder)
     step = tree["step"]
     assert step >= 2 and len(tree["w"]) == 8 and all(np.all(w == step) for w in tree["w"])
+
+
+def test_a_rule_shadowed_by_the_catch_all_is_named() -> None:
+    """A pattern that matches nothing while a catch-all follows (a typo: 'layer.*' for
+    'layers.*') would send its arrays to the catch-all unnoticed: an error under strict rules,
+    a warning otherwise, naming the pattern; explain reports it without raising."""
+    params = {"layers": [{"w": np.zeros((4, 4))}], "head": np.zeros(4)}
+    typo = [("layer.*.w", P("model", None)), ("**", None)]
+    with pytest.raises(sh.ShardingError, match=r"the rule 'layer\.\*\.w' matched no array leaf of the tree, and the catch-all '\*\*'"):
+        sh.specs(params, sh.Rules(typo))
+    with pytest.warns(UserWarning, match=r"the rule 'layer\.\*\.w' matched no array leaf"):
+        got = sh.specs(params, sh.Rules(typo, strict=False))
+    assert got == {"layers": [{"w": P()}], "head": P()}
+    # named every time, not only when the resolution is not cached
+    with pytest.raises(sh.ShardingError, match="layer"):
+        sh.specs(params, sh.Rules(typo))
+    two = [("a", None), ("layers.*.w", P("model", None)), ("b", None), ("**", None)]
+    with pytest.raises(sh.ShardingError, match=r"the rules 'a', 'b' matched no array leaf"):
+        sh.specs(params, sh.Rules(two))
+    # no catch-all: an unused rule is fine (explain lists it); all rules used: fine
+    assert sh.specs(params, sh.Rules([("zzz", None), ("**.w", None), ("head", None)])) == {"layers": [{"w": P()}], "head": P()}
+    assert sh.specs(params, sh.Rules([("layers.*.w", P("model", None)), ("**", None)]))["layers"][0]["w"] == P("model", None)
+    # a rule after the catch-all is never reached, and not this check's business
+    assert sh.specs(params, sh.Rules([("**", None), ("never", None)])) == {"layers": [{"w": P()}], "head": P()}

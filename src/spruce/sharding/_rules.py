@@ -143,7 +143,9 @@ class Rules:
       rules: ``(pattern, spec)`` pairs, or a mapping pattern -> spec (in its order).
       strict: if True (default), an array leaf that no rule matches is an error naming its
         path; if False it is replicated.  (flax's logical rules replicate silently; this
-        does not unless asked.)
+        does not unless asked.)  Likewise a rule placed before a catch-all (``"**"``) that
+        matches no array leaf of the tree (a typo in a pattern would otherwise send its arrays
+        to the catch-all unnoticed) is an error naming the pattern; a ``UserWarning`` if False.
       on_indivisible: ``"error"`` (default): a dimension that the product of its mesh axes'
         sizes does not divide is a ShardingError naming the key path, shape, dimension, mesh
         axis and size; ``"replicate"``: that dimension is left unsplit (the others keep their

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import operator
 import threading
+import warnings
 from collections import OrderedDict
-from typing import Any, Callable, NamedTuple
+from typing import AbstractSet, Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -57,6 +58,31 @@ _cache_lock = threading.Lock()
 _SCALARS = frozenset([int, float, complex, bool, str, bytes, type(None)])
 _SHAPE = operator.attrgetter("shape")
 _NDIM = operator.attrgetter("ndim")
+
+
+_CATCH_ALL = frozenset(["**", "re:.*", "re:.+", "re:(.*)"])
+
+
+def _check_shadowed(rules: Rules, used: AbstractSet[int]) -> None:
+    """A rule before a catch-all (``"**"``) that matched no array leaf: its arrays, if the
+    pattern was meant for some, went to the catch-all silently.  ShardingError under strict
+    rules, else a ``UserWarning``; both name the patterns."""
+    catch_all = next((j for j, (p, _) in enumerate(rules.rules) if p in _CATCH_ALL), None)
+    if catch_all is None:
+        return
+    dead = [p for j, (p, _) in enumerate(rules.rules[:catch_all]) if j not in used]
+    if not dead:
+        return
+    which = ", ".join(repr(p) for p in dead)
+    text = (
+        f"the rule{'s' if len(dead) > 1 else ''} {which} matched no array leaf of the tree, and the "
+        f"catch-all {rules.rules[catch_all][0]!r} after {'them' if len(dead) > 1 else 'it'} placed every "
+        "array instead; check the pattern against the tree's dotted names (spruce.io.flatten_names, "
+        "spruce inspect), or remove the rule"
+    )
+    if rules.strict:
+        raise ShardingError(text + " (or pass strict=False to be warned instead)")
+    warnings.warn(text, UserWarning, stacklevel=3)
 
 
 def _picker(idx: list[int]) -> Callable[[list[Any]], tuple[Any, ...]]:
@@ -277,6 +303,7 @@ def specs(tree: Any, rules: Rules, *, mesh: Any = None) -> Any:
     """
     leaves, treedef = _tree.flatten(tree)
     res = _resolve_tree(leaves, treedef, tree, rules, mesh)
+    _check_shadowed(rules, res.used)
     return treedef.unflatten(list(res.specs))
 
 
@@ -293,6 +320,7 @@ def shardings(tree: Any, mesh: Any, rules: Rules) -> Any:
 
     leaves, treedef = _tree.flatten(tree)
     res = _resolve_tree(leaves, treedef, tree, rules, mesh)
+    _check_shadowed(rules, res.used)
     return treedef.unflatten([None if s is None else NamedSharding(mesh, s) for s in res.specs])
 
 
@@ -315,6 +343,7 @@ def shard(tree: Any, mesh: Any, rules: Rules) -> Any:
 
     leaves, treedef = _tree.flatten(tree)
     res = _resolve_tree(leaves, treedef, tree, rules, mesh)
+    _check_shadowed(rules, res.used)
     placements = [None if spec is None else NamedSharding(mesh, spec) for spec in res.specs]
     return treedef.unflatten(place(leaves, placements, "shard", lambda i: f"key path {res.names[i]!r}"))
 
