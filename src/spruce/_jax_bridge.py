@@ -25,21 +25,37 @@ paths are JAX's; key entries come back as spruce's classes.  The engine asks the
 unknown type (``_registry.FOREIGN_LOOKUP``) and caches the answer; a JAX registration made later
 clears spruce's cache (the bridge replaces JAX's Python-side registry dict,
 ``jax._src.tree_util._registry``, with a dict subclass that reports new entries), so a type
-first seen as a leaf becomes a node.  Without that dict (another JAX layout), new JAX
-registrations are seen only by types spruce has not classified yet.
+first seen as a leaf becomes a node.
 
 Key entries: spruce's DictKey / SequenceKey / GetAttrKey / FlattenedIndexKey hash like JAX's and
 compare equal to them from both sides (the bridge extends the ``__eq__`` of JAX's four classes to
 accept spruce's entries; everything else compares as before).
+
+JAX internals.  Four things the bridge does are outside JAX's public API, each in one function
+that says what it relies on: ``_swap_registry_dict`` (JAX's Python-side registry dict),
+``_widen_key_eq`` (the ``__eq__`` of JAX's key classes), ``_hook_jax_import`` (the loader of the
+``jax`` package) and ``_dataclass_fields_of_jax_registration`` (the closure of the unflatten
+function ``jax.tree_util.register_dataclass`` stores).  They were checked with jax 0.10.2 and
+0.12.0.1, and are checked again on the installed JAX each time the bridge connects, with the
+methods of JAX's default registry that the JAX -> spruce direction calls (``_default_registry``;
+they are also exported by ``jax.tree_util``).  A JAX that changed one gets a ``JaxBridgeError``
+naming it, never a bridge that quietly does less: ``connect()`` raises it (so ``import
+spruce.jax`` and ``import spruce.nn`` do), and the implicit connections (``import spruce`` with
+JAX already imported, ``import jax`` after spruce), which must not break the import of either
+library, issue it as a ``JaxBridgeWarning`` and leave the two registries unconnected.  One exception: a changed ``register_dataclass`` closure only costs
+speed (such classes then go through JAX's own functions, with the same results), so it gives a
+``JaxBridgeWarning`` and the bridge connects.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.abc
 import sys
 import threading
+import warnings
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 from ._tree import _keys, _registry
 from ._tree._kinds import CUSTOM, MODE_DATACLASS_INIT, MODE_FUNCS
@@ -56,9 +72,45 @@ _jax: dict[str, Any] = {}
 _MAX_KEYS = 1 << 16
 _jax_key_of: dict[Any, Any] = {}  # spruce key entry -> JAX's entry of the same kind and field
 
+# The JAX releases every reach into JAX's internals below was checked with.
+CHECKED_JAX_VERSIONS = ("0.10.2", "0.12.0.1")
+
+
+class JaxBridgeError(RuntimeError):
+    """A JAX internal that spruce's JAX bridge relies on is not what the bridge was checked with.
+
+    The message names the internal (module and attribute), what the bridge expects of it, what
+    the installed JAX has instead, and what would go wrong without it.  Raised by ``connect()``
+    (so by ``import spruce.jax`` and ``import spruce.nn``); the implicit connections
+    (``import spruce``, ``import jax``) issue the same text as a :class:`JaxBridgeWarning`.
+    """
+
+
+class JaxBridgeWarning(RuntimeWarning):
+    """spruce's JAX bridge could not use a JAX internal; the message says which, and what is lost."""
+
+
+def _jax_version() -> str:
+    return str(getattr(sys.modules.get("jax"), "__version__", "(unknown version)"))
+
+
+def _changed(internal: str, found: str, loss: str) -> str:
+    """The text of a JaxBridgeError: ``internal`` is what the bridge expects, ``found`` what the
+    installed JAX has, ``loss`` what goes wrong without it."""
+    return (
+        f"spruce's JAX bridge relies on {internal} (checked with jax "
+        f"{' and '.join(CHECKED_JAX_VERSIONS)}), but the installed jax {_jax_version()} has "
+        f"{found}. {loss} Use a JAX version spruce was checked with, or a spruce release that "
+        "supports this one."
+    )
+
 
 def jax_fully_imported() -> bool:
-    """True when ``jax`` is in ``sys.modules`` and has finished executing."""
+    """True when ``jax`` is in ``sys.modules`` and has finished executing.
+
+    Reads ``jax.__spec__._initializing`` (set by Python's import system while a module runs) and
+    the ``jax.tree_util`` attribute, which ``jax/__init__.py`` binds (jax 0.10.2, 0.12.0.1).
+    """
     jax = sys.modules.get("jax")
     if jax is None:
         return False
@@ -187,7 +239,7 @@ def _from_jax(t: type) -> NodeInfo | None:
     entry = _jax["entries"].get(t)
     if entry is None and _is_namedtuple_type(t):
         return None  # JAX's built-in namedtuple handling: spruce has the same
-    fields = _dataclass_fields(t, entry)
+    fields = _dataclass_fields_of_jax_registration(t, entry, _jax["dataclass_code"])
     if fields is not None:  # read and rebuilt as JAX does, by spruce's own (compiled) loops
         return NodeInfo(t, CUSTOM, MODE_DATACLASS_INIT, data_fields=fields[0], meta_fields=fields[1])
     native = _keys.native_key
@@ -204,28 +256,45 @@ def _from_jax(t: type) -> NodeInfo | None:
     return NodeInfo(t, CUSTOM, MODE_FUNCS, reg.flatten_one_level, unflatten, flatten_with_keys)
 
 
-_DATACLASS_UNFLATTEN_NAMES = (
-    "register_dataclass.<locals>.unflatten_func",
-    "_register_dataclass.<locals>.unflatten_func",
-)
+@dataclasses.dataclass
+class _JaxDataclassProbe:
+    """Registered with ``jax.tree_util.register_dataclass`` (data field ``x``, meta field ``tag``)
+    the first time the bridge connects, to check on the installed JAX where such a registration
+    goes (``_swap_registry_dict``) and what JAX stores for it (``_learn_dataclass_unflatten``).
+    Never instantiated outside those checks."""
+
+    x: Any
+    tag: Any
 
 
-def _dataclass_fields(t: type, entry: Any) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """``(data_fields, meta_fields)`` when ``entry`` is jax.tree_util.register_dataclass's
-    registration of ``t`` (its unflatten function closes over them), else None.
+def _dataclass_fields_of_jax_registration(
+    t: type, entry: Any, code: Any
+) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """``(data_fields, meta_fields)`` when ``entry``, JAX's registry entry of ``t``, was made by
+    ``jax.tree_util.register_dataclass``, else None.
 
-    JAX flattens such a class in C++ by reading those attributes, and rebuilds it with
-    ``t(**fields)``; spruce then does the same in its compiled loops instead of calling JAX's
-    functions node by node.  Anything unexpected (another JAX layout) gives None: the generic
-    path, through JAX's own functions.
+    ``code`` is the code object of the unflatten function register_dataclass stores, learnt by
+    ``_learn_dataclass_unflatten`` when the bridge connected (None when that check failed: then
+    the answer is always None).  For such a class spruce flattens and rebuilds ``t`` as JAX does
+    (the data fields' values as children, the tuple of the meta fields' values as node data,
+    ``t(**fields)`` to rebuild), in its own compiled loops instead of calling JAX's functions
+    node by node.
+
+    JAX internals relied on (checked with jax 0.10.2 and 0.12.0.1): ``register_dataclass`` stores
+    ``_RegistryEntry(flatten_func, unflatten_func)`` in ``jax._src.tree_util._registry``, whose
+    ``from_iter`` is a closure (``register_dataclass.<locals>.unflatten_func`` in 0.10.2,
+    ``_register_dataclass.<locals>.unflatten_func`` in 0.12.0.1; one code object for every
+    registration) over the free variables ``nodetype`` (the class), ``data_fields`` and
+    ``meta_fields`` (tuples of str).  A function with another code object is not
+    register_dataclass's and gives None; so does a closure of that code holding something else.
+    If JAX changes this, the probe check at connect fails and warns, ``code`` is None, and such
+    classes take the generic path through JAX's own functions: the same results, slower.
     """
     fn: Any = getattr(entry, "from_iter", None)
-    code = getattr(fn, "__code__", None)
-    # jax 0.10 names it register_dataclass.<locals>.unflatten_func, jax 0.12 _register_dataclass.<locals>...
-    if code is None or getattr(fn, "__qualname__", "") not in _DATACLASS_UNFLATTEN_NAMES:
+    if code is None or getattr(fn, "__code__", None) is not code:
         return None
     try:
-        cells = {name: cell.cell_contents for name, cell in zip(code.co_freevars, fn.__closure__ or ())}
+        cells = {n: cell.cell_contents for n, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ())}
     except ValueError:  # an empty cell
         return None
     data, meta = cells.get("data_fields"), cells.get("meta_fields")
@@ -234,6 +303,53 @@ def _dataclass_fields(t: type, entry: Any) -> tuple[tuple[str, ...], tuple[str, 
     if not all(type(n) is str for n in data + meta):
         return None
     return data, meta
+
+
+def _learn_dataclass_unflatten(entries: dict[Any, Any], registry: Any) -> Any:
+    """The code object of the unflatten function ``jax.tree_util.register_dataclass`` stores,
+    read from the registration of ``_JaxDataclassProbe`` (made by ``_swap_registry_dict``) and
+    checked there: its closure names the probe's fields, JAX's C++ one-level flatten gives what
+    spruce's fast path gives (children ``[x]`` keyed ``GetAttrKey('x')``, node data ``(tag,)``)
+    and the function rebuilds through ``__init__``.  None, with a JaxBridgeWarning, when any of
+    this differs: ``_dataclass_fields_of_jax_registration`` then never applies."""
+    entry = dict.get(entries, _JaxDataclassProbe)
+    fn: Any = getattr(entry, "from_iter", None)
+    code = getattr(fn, "__code__", None)
+    found = f"the register_dataclass entry {entry!r}"
+    if entry is None:
+        found = "no entry for a register_dataclass class"
+    try:
+        fields = _dataclass_fields_of_jax_registration(_JaxDataclassProbe, entry, code)
+        ok = code is not None and fields == (("x",), ("tag",))
+        if ok:
+            probe = _JaxDataclassProbe(1.5, "t")
+            children, aux = registry.flatten_one_level(probe)
+            keyed, keyed_aux = registry.flatten_one_level_with_keys(probe)
+            keys = [(_keys.native_key(k), c) for k, c in keyed]
+            rebuilt = fn(("u",), [2.5])
+            ok = list(children) == [1.5] and aux == keyed_aux == ("t",)
+            ok = ok and keys == [(_keys.GetAttrKey("x"), 1.5)]
+            ok = ok and type(rebuilt) is _JaxDataclassProbe and (rebuilt.x, rebuilt.tag) == (2.5, "u")
+            if not ok:
+                found = "a register_dataclass node that flattens to "
+                found += f"{list(children)!r}, {aux!r} and {keys!r}"
+    except Exception as e:  # any failure of the check means: do not take the fast path
+        ok, found = False, f"a register_dataclass registration whose check raised {e!r}"
+    if ok:
+        return code
+    warnings.warn(
+        _changed(
+            "jax.tree_util.register_dataclass storing in jax._src.tree_util._registry an unflatten "
+            "closure over nodetype, data_fields and meta_fields, with JAX's flatten giving the data "
+            "fields as children and the meta fields' values as node data",
+            found,
+            "Classes registered with jax.tree_util.register_dataclass stay nodes in spruce, "
+            "flattened and rebuilt through JAX's own functions (the same results, slower).",
+        ),
+        JaxBridgeWarning,
+        stacklevel=2,
+    )
+    return None
 
 
 def _rebuild_through_treedef(t: type) -> Callable[[Any, Any], Any]:
@@ -258,59 +374,201 @@ class _ReportingRegistry(dict):  # type: ignore[type-arg]  # holds JAX's entries
             _registry.invalidate()
 
 
-def _watch_jax_registry(jsrc: ModuleType) -> dict[Any, Any]:
-    old = getattr(jsrc, "_registry", None)
-    if type(old) is _ReportingRegistry:
-        return old
-    if type(old) is not dict:
-        return old if isinstance(old, dict) else {}
-    new = _ReportingRegistry(old)
-    jsrc._registry = new  # type: ignore[attr-defined]  # JAX's own module attribute
-    for k in list(old):  # an entry written to the old dict between the copy and the swap
-        if k not in new:
-            dict.__setitem__(new, k, old[k])
-    return new
+def _default_registry(jsrc: ModuleType) -> Any:
+    """JAX's default pytree registry, checked for what the JAX -> spruce direction calls.
+
+    Relies on (jax 0.10.2, 0.12.0.1; also exported as ``jax.tree_util.default_registry`` and
+    ``jax.tree_util.PyTreeDef``): ``jax._src.tree_util.default_registry`` with ``is_node(type)``,
+    ``flatten_one_level(x) -> (children, aux)`` and ``flatten_one_level_with_keys(x) ->
+    (key/child pairs, aux)``, and ``PyTreeDef.from_node_data_and_children`` and ``tree_structure``
+    of ``jax._src.tree_util`` (for classes registered in JAX's C++ registry only).
+    If one is missing: JaxBridgeError (JAX-registered classes would otherwise be leaves).
+    """
+    reg = getattr(jsrc, "default_registry", None)
+    missing = [
+        f"default_registry.{m}"
+        for m in ("is_node", "flatten_one_level", "flatten_one_level_with_keys")
+        if not callable(getattr(reg, m, None))
+    ]
+    if not callable(getattr(getattr(jsrc, "PyTreeDef", None), "from_node_data_and_children", None)):
+        missing.append("PyTreeDef.from_node_data_and_children")
+    if not callable(getattr(jsrc, "tree_structure", None)):
+        missing.append("tree_structure")
+    if missing:
+        raise JaxBridgeError(
+            _changed(
+                "jax._src.tree_util.default_registry (is_node, flatten_one_level, "
+                "flatten_one_level_with_keys), PyTreeDef.from_node_data_and_children and tree_structure",
+                f"no {', '.join(missing)}",
+                "Without them spruce cannot flatten classes registered only with JAX.",
+            )
+        )
+    return reg
 
 
-def _extend_jax_key_equality(jtu: ModuleType) -> None:
-    pairs = (
-        (jtu.DictKey, _keys.DictKey, "key", _keys.DICT_ENTRY),
-        (jtu.SequenceKey, _keys.SequenceKey, "idx", _keys.SEQUENCE_ENTRY),
-        (jtu.GetAttrKey, _keys.GetAttrKey, "name", _keys.ATTR_ENTRY),
-        (jtu.FlattenedIndexKey, _keys.FlattenedIndexKey, "key", _keys.FLAT_INDEX_ENTRY),
-    )
-    for jax_cls, spruce_cls, field, kind in pairs:
-        _keys.JAX_KEY_KINDS[jax_cls] = kind
-        if getattr(jax_cls, "_spruce_equality", False):
-            continue
-        jax_eq = jax_cls.__eq__
+_REGISTRY_DICT = (
+    "jax._src.tree_util._registry, a dict from each type registered through jax.tree_util to an "
+    "entry with a from_iter(aux, children) function, written by every registration function"
+)
+_REGISTRY_LOSS = (
+    "Without it, a class registered with jax.tree_util after spruce first met it would stay a "
+    "leaf in spruce."
+)
 
-        def __eq__(self: Any, other: Any, _eq: Any = jax_eq, _cls: Any = spruce_cls, _f: str = field) -> Any:
-            if type(other) is _cls:
-                return bool(getattr(self, _f) == getattr(other, _f))
-            return _eq(self, other)
 
+def _swap_registry_dict(jsrc: ModuleType, register_dataclass: Callable[..., Any]) -> dict[Any, Any]:
+    """Put a ``_ReportingRegistry`` holding the same entries in place of JAX's Python-side
+    registry dict, so that every later JAX registration clears spruce's type cache; return it.
+    Idempotent.
+
+    JAX internals relied on (checked with jax 0.10.2 and 0.12.0.1):
+    - ``jax._src.tree_util._registry`` is a plain ``dict`` from every type registered through
+      ``jax.tree_util`` (and tuple, list, dict, NoneType) to a ``_RegistryEntry(to_iter,
+      from_iter)`` namedtuple; the bridge reads ``from_iter(aux, children)``, the unflatten;
+    - JAX's registration functions store ``_registry[nodetype] = entry`` through that module
+      global, so a dict put in its place receives every later registration.  Checked here by
+      registering ``_JaxDataclassProbe`` with ``register_dataclass`` and finding its entry.
+    The bridge uses the dict to notice a JAX registration made after spruce classified the type
+    as a leaf, to rebuild JAX-registered classes with JAX's own unflatten, and to leave alone a
+    class JAX registered before spruce did.
+    Raises JaxBridgeError when the dict is missing, is not a plain dict of such entries, or does
+    not receive the probe's registration.
+    """
+    current: Any = getattr(jsrc, "_registry", None)
+    if type(current) is not _ReportingRegistry:
+        if type(current) is not dict:
+            found = "no such attribute" if current is None else f"a {type(current).__qualname__} there"
+            raise JaxBridgeError(_changed(_REGISTRY_DICT, found, _REGISTRY_LOSS))
+        old: dict[Any, Any] = current
+        bad = [t for t, e in list(old.items()) if not callable(getattr(e, "from_iter", None))]
+        if bad or tuple not in old:
+            found = f"entries without from_iter (for {bad[:3]!r})" if bad else "no entry for tuple"
+            raise JaxBridgeError(_changed(_REGISTRY_DICT, found, _REGISTRY_LOSS))
+        current = _ReportingRegistry(old)
+        jsrc._registry = current  # type: ignore[attr-defined]  # JAX's own module attribute
+        for k in list(old):  # an entry written to the old dict between the copy and the swap
+            if k not in current:
+                dict.__setitem__(current, k, old[k])
+    refused: ValueError | None = None
+    if _JaxDataclassProbe not in current:
         try:
-            jax_cls.__eq__ = __eq__
-            jax_cls._spruce_equality = True
-        except (AttributeError, TypeError):  # a JAX whose classes are immutable: one-sided
-            pass
+            register_dataclass(_JaxDataclassProbe, data_fields=["x"], meta_fields=["tag"])
+        except ValueError as e:  # in JAX's C++ registry since an earlier connect attempt: see below
+            refused = e
+    if _JaxDataclassProbe not in current or getattr(jsrc, "_registry", None) is not current:
+        found = "a register_dataclass that did not store its entry in that dict"
+        if refused is not None:
+            found += f" (registering a probe class raised {refused!r})"
+        raise JaxBridgeError(_changed(_REGISTRY_DICT, found, _REGISTRY_LOSS))
+    return cast("dict[Any, Any]", current)
+
+
+# JAX's key entry classes (names in jax.tree_util), spruce's class of the same kind, the field
+# both hold, the kind, a value and another value of that field (for the check).
+_KEY_CLASSES: tuple[tuple[str, Any, str, int, Any, Any], ...] = (
+    ("DictKey", _keys.DictKey, "key", _keys.DICT_ENTRY, "a", "b"),
+    ("SequenceKey", _keys.SequenceKey, "idx", _keys.SEQUENCE_ENTRY, 5, 6),
+    ("GetAttrKey", _keys.GetAttrKey, "name", _keys.ATTR_ENTRY, "w", "v"),
+    ("FlattenedIndexKey", _keys.FlattenedIndexKey, "key", _keys.FLAT_INDEX_ENTRY, 2, 3),
+)
+_KEY_LOSS = (
+    "Without it, key paths from JAX and from spruce would compare equal one way only, or be "
+    "equal with different hashes, and dicts and sets mixing them would be wrong."
+)
+
+
+def _widen_key_eq(jtu: ModuleType) -> None:
+    """Make JAX's four key entry classes compare equal to spruce's entry of the same kind and
+    field, and record them in ``_keys.JAX_KEY_KINDS`` (spruce's side of the same equality).
+    Idempotent.
+
+    JAX internals relied on (checked with jax 0.10.2 and 0.12.0.1):
+    - ``jax.tree_util.DictKey``, ``SequenceKey``, ``GetAttrKey``, ``FlattenedIndexKey`` are
+      classes (nanobind classes of ``jaxlib._jax.pytree``) built from one value, read back as
+      ``.key``, ``.idx``, ``.name``, ``.key``;
+    - they hash as ``spruce._tree._keys`` does: the field's hash for DictKey and GetAttrKey, the
+      index plus 1 (SequenceKey) or plus 42 (FlattenedIndexKey);
+    - their ``__eq__`` returns False, not NotImplemented, for an object of another class, so
+      Python never asks spruce's ``__eq__`` for ``jax_entry == spruce_entry``: the class
+      attribute ``__eq__`` is replaced (nanobind classes accept it) by one that accepts
+      spruce's entry of the same kind and calls JAX's own ``__eq__`` for everything else.
+    Checked on one entry of each class, both ways, after the change.  Raises JaxBridgeError
+    when a class is missing, holds another field, hashes differently, refuses the new
+    ``__eq__``, or still compares unequal.
+    """
+    for name, spruce_cls, field, kind, value, other in _KEY_CLASSES:
+        jax_cls: Any = getattr(jtu, name, None)
+        internal = (
+            f"jax.tree_util.{name}, a class whose {name}({value!r}) holds .{field} == {value!r}, "
+            f"hashes as spruce's {name}({value!r}) and accepts a new __eq__"
+        )
+        try:
+            jax_entry = jax_cls(value)
+            held = getattr(jax_entry, field)
+        except Exception as e:  # missing, another constructor or another field name
+            found = f"{jax_cls!r}, for which that raised {e!r}"
+            raise JaxBridgeError(_changed(internal, found, _KEY_LOSS)) from e
+        spruce_entry = spruce_cls(value)
+        if held != value or hash(jax_entry) != hash(spruce_entry):
+            found = f"a {name}({value!r}) with .{field} == {held!r} and hash {hash(jax_entry)}"
+            found += f" (spruce's: {hash(spruce_entry)})"
+            raise JaxBridgeError(_changed(internal, found, _KEY_LOSS))
+        added = jax_cls not in _keys.JAX_KEY_KINDS
+        _keys.JAX_KEY_KINDS[jax_cls] = kind
+        try:
+            if not getattr(jax_cls, "_spruce_equality", False):
+                jax_eq = jax_cls.__eq__
+
+                def __eq__(
+                    self: Any, other: Any, _eq: Any = jax_eq, _cls: Any = spruce_cls, _f: str = field
+                ) -> Any:
+                    if type(other) is _cls:
+                        return bool(getattr(self, _f) == getattr(other, _f))
+                    return _eq(self, other)
+
+                try:
+                    jax_cls.__eq__ = __eq__
+                    jax_cls._spruce_equality = True
+                except (AttributeError, TypeError) as e:  # an immutable class
+                    found = f"a class that refuses it ({e!r})"
+                    raise JaxBridgeError(_changed(internal, found, _KEY_LOSS)) from e
+            unequal = spruce_cls(other)
+            both_ways = jax_entry == spruce_entry and spruce_entry == jax_entry
+            if not both_ways or jax_entry != spruce_entry:
+                raise JaxBridgeError(_changed(internal, "entries that still compare unequal", _KEY_LOSS))
+            if jax_entry == unequal or unequal == jax_entry:
+                raise JaxBridgeError(_changed(internal, f"entries equal to {unequal!r}", _KEY_LOSS))
+        except JaxBridgeError:
+            if added:
+                del _keys.JAX_KEY_KINDS[jax_cls]
+            raise
 
 
 # ------------------------------------------------------------------------------ connecting
 
 
 def _connect_locked() -> None:
+    """Check the JAX internals the bridge relies on, then connect the two registries; the caller
+    holds ``_lock``.  Raises JaxBridgeError when one has changed: the registries stay unconnected
+    (JAX's key classes may already compare equal to spruce's, which is harmless)."""
     if _connected[0]:
         return
     import jax.tree_util as jtu
-    from jax._src import tree_util as jsrc
 
+    try:
+        from jax._src import tree_util as jsrc
+    except ImportError as e:
+        raise JaxBridgeError(
+            _changed("the module jax._src.tree_util", f"none ({e})", "Without it the bridge cannot connect.")
+        ) from e
+    registry = _default_registry(jsrc)
+    _widen_key_eq(jtu)
+    entries = _swap_registry_dict(jsrc, jtu.register_dataclass)
+    _jax["dataclass_code"] = _learn_dataclass_unflatten(entries, registry)
     _jax["jtu"] = jtu
     _jax["jsrc"] = jsrc
-    _jax["registry"] = jsrc.default_registry
-    _extend_jax_key_equality(jtu)
-    _jax["entries"] = _watch_jax_registry(jsrc)
+    _jax["registry"] = registry
+    _jax["entries"] = entries
     _connected[0] = True
     # The hooks go in before the snapshot of spruce's registry: a registration racing this is
     # either in the snapshot or reported through ON_REGISTER (which waits for the lock).
@@ -321,12 +579,66 @@ def _connect_locked() -> None:
         _register_in_jax(t)
 
 
+def _connect_or_warn() -> None:
+    """Connect, for the implicit connections (``import spruce``, ``import jax``), which must not
+    fail the import: a JaxBridgeError becomes a JaxBridgeWarning, and the bridge stays
+    unconnected (``connect()``, hence ``import spruce.jax`` / ``spruce.nn``, raises it)."""
+    with _lock:
+        try:
+            _connect_locked()
+        except JaxBridgeError as e:
+            warnings.warn(
+                f"{e} spruce's pytree registry is not connected with jax.tree_util; "
+                "importing spruce.jax or spruce.nn raises this error.",
+                JaxBridgeWarning,
+                stacklevel=3,
+            )
+
+
 def connect() -> None:
-    """Connect spruce's registry with jax.tree_util now (imports JAX).  Idempotent."""
+    """Connect spruce's registry with jax.tree_util now (imports JAX).  Idempotent.
+
+    Raises JaxBridgeError when a JAX internal the bridge relies on has changed (see the module
+    docstring); nothing is connected then.
+    """
     import jax  # noqa: F401  (the point of this function)
 
     with _lock:
         _connect_locked()
+
+
+def _hook_jax_import(spec: Any) -> bool:
+    """Make the import of ``jax`` that ``spec`` describes connect the bridge right after the
+    ``jax`` package has executed; False when its loader cannot be wrapped.
+
+    Relies on Python's import protocol and on how JAX is installed (checked with jax 0.10.2 and
+    0.12.0.1, pip-installed: a ``SourceFileLoader``): the ``jax`` package is loaded by a loader
+    with ``exec_module(module)`` that accepts an instance attribute of that name (the wrapper,
+    which removes itself after the call, so the class's method is back); and once
+    ``jax/__init__.py`` has run, ``jax.tree_util`` and ``jax._src.tree_util`` import (connect
+    imports them).  If the loader cannot be wrapped, the caller warns (JaxBridgeWarning): failing
+    would break ``import jax``, and spruce.jax / spruce.nn still connect when imported.
+    """
+    loader = spec.loader
+    inner_exec = getattr(loader, "exec_module", None)
+    if inner_exec is None:
+        return False
+
+    def exec_module(module: ModuleType) -> None:
+        try:
+            inner_exec(module)
+        finally:
+            try:
+                del loader.exec_module  # back to the class's method
+            except AttributeError:
+                pass
+        _connect_or_warn()
+
+    try:
+        loader.exec_module = exec_module
+    except (AttributeError, TypeError):
+        return False
+    return True
 
 
 class _JaxImportHook(importlib.abc.MetaPathFinder):
@@ -344,26 +656,16 @@ class _JaxImportHook(importlib.abc.MetaPathFinder):
             spec = find(fullname, path, target)
             if spec is not None:
                 break
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        loader = spec.loader
-        inner_exec = loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            try:
-                inner_exec(module)
-            finally:
-                try:
-                    del loader.exec_module  # back to the class's method
-                except AttributeError:
-                    pass
-            with _lock:
-                _connect_locked()
-
-        try:
-            loader.exec_module = exec_module
-        except (AttributeError, TypeError):
-            return spec  # a loader that cannot be wrapped: spruce.jax / spruce.nn connect instead
+        if spec is not None and not _hook_jax_import(spec):
+            warnings.warn(
+                f"spruce could not attach to the import of jax (its loader {spec.loader!r} has no "
+                "exec_module that can be wrapped; checked with jax "
+                f"{' and '.join(CHECKED_JAX_VERSIONS)}, whose loader is a SourceFileLoader): "
+                "spruce's pytree registrations reach jax.tree_util only once spruce.jax or "
+                "spruce.nn is imported.",
+                JaxBridgeWarning,
+                stacklevel=2,
+            )
         return spec
 
 
@@ -378,9 +680,10 @@ def _uninstall() -> None:
 
 
 def install() -> None:
-    """Connect now if JAX is imported, else install the import hook (never imports JAX)."""
+    """Connect now if JAX is imported (a changed JAX internal gives a JaxBridgeWarning then),
+    else install the import hook (never imports JAX)."""
     with _lock:
         if jax_fully_imported():
-            _connect_locked()
+            _connect_or_warn()
         elif "jax" not in sys.modules and _hook not in sys.meta_path:
             sys.meta_path.insert(0, _hook)
