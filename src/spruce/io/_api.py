@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -105,6 +106,8 @@ def _naming(path: str) -> Iterator[None]:
 
 
 def _parse(p: str) -> Parsed:
+    if os.path.isdir(p):  # (a sharded checkpoint was looked for first)
+        raise IsADirectoryError(errno.EISDIR, f"Is a directory but not a sharded checkpoint (no {_sharded.INDEX})", p)
     low = p.lower()
     if low.endswith(".npz"):
         return _npz.parse(p)
@@ -239,8 +242,9 @@ def read_header(path: PathLike) -> dict[str, TensorInfo]:
     Raises:
       CheckpointError: not a checkpoint, corrupted, truncated, or a header that lies; not a
         regular file (a FIFO, a device: refused before opening, so nothing waits).
-      OSError: the file cannot be opened or read (FileNotFoundError, IsADirectoryError, ...);
-        the error names the file.
+      OSError: the file cannot be opened or read (FileNotFoundError; IsADirectoryError for a
+        directory that is not a sharded checkpoint, having no ``index.json``; ...); the error
+        names the file.
 
     >>> import os, tempfile, numpy as np
     >>> path = os.path.join(tempfile.mkdtemp(), 'w.safetensors')
@@ -463,7 +467,9 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
       spruce.sharding.ShardingError: (a ValueError) a sharding does not fit its tensor (a
         spec longer than the rank, a dimension the mesh axes do not divide), naming the key
         path, the shape and the spec.
-      OSError: the file cannot be opened, mapped or read; the error names the file.
+      OSError: the file cannot be opened, mapped or read; the error names the file.  A
+        directory without an ``index.json`` (not a sharded checkpoint) is an
+        IsADirectoryError saying so.
 
     >>> import os, tempfile, numpy as np
     >>> path = os.path.join(tempfile.mkdtemp(), 'ckpt.npz')
