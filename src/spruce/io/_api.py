@@ -458,8 +458,9 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
     Raises:
       CheckpointError: the file is not a checkpoint (or not a regular file), is corrupted or
         truncated, its header lies, or its stored structure cannot be rebuilt without ``like``.
-      MismatchError: with ``like``, a shape / dtype / kind differs (always), or (strict) names
-        are missing or unexpected; the message lists the dotted names.
+      MismatchError: with ``like``, a shape / dtype / kind differs (always; the message
+        names the leaves ``dtype='like'`` would load), or (strict) names are missing or
+        unexpected; the message lists the dotted names (the file's as ``rename`` gave them).
       ValueError: ``rename`` maps two entries to one name; ``shardings`` is not a prefix of
         the tree (naming the key path); ``dtype='like'`` without ``like`` or ``shardings``.
       TypeError: an entry of ``shardings`` that is not a Sharding, a Device or None (naming
@@ -580,9 +581,12 @@ def dtype_of_any(dtype: Any) -> np.dtype[Any]:
 
 
 def _listing(names: list[str]) -> str:
-    shown = ", ".join(repr(n) for n in names[:_MAX_LISTED])
-    more = f" and {len(names) - _MAX_LISTED} more" if len(names) > _MAX_LISTED else ""
-    return f"{shown}{more}"
+    return _joined([repr(n) for n in names[:_MAX_LISTED]], len(names))
+
+
+def _joined(shown: list[str], total: int) -> str:
+    more = f" and {total - _MAX_LISTED} more" if total > _MAX_LISTED else ""
+    return f"{', '.join(shown[:_MAX_LISTED])}{more}"
 
 
 def _entries(parsed: Parsed, doc: dict[str, Any] | None) -> dict[str, LeafSpec]:
@@ -738,6 +742,18 @@ def _fill(parsed: Parsed, reader: Any, spec: LeafSpec, x: Any, sharding: Any, ca
     return True, arr
 
 
+def _like_casts(parsed: Parsed, spec: LeafSpec, x: Any) -> bool:
+    """Whether ``dtype='like'`` would load the entry ``spec`` into the array leaf ``x``: the
+    same shape, and a stored dtype that this policy casts to ``x``'s."""
+    if not spec.tensor or not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        return False
+    e = parsed.tensors[spec.name]
+    try:
+        return tuple(x.shape) == e.shape and _Cast("like").result(e.final_dtype, x.dtype) == np.dtype(x.dtype)
+    except TypeError:
+        return False
+
+
 def _shardings_for(shardings: Any, like: Any, n: int) -> list[Any]:
     """One sharding (or None) per leaf of ``like``, from a tree of shardings that is a prefix
     of ``like`` (None entries: not placed)."""
@@ -760,6 +776,7 @@ def _load_like(
     out: list[Any] = []
     missing: list[str] = []
     mismatched: list[tuple[str, str, str]] = []
+    castable: list[str] = []  # mismatched leaves that dtype='like' would load
     used: set[str] = set()
     for name, x, sharding in zip(names, leaves, placements):
         hit = entries.get(name)
@@ -772,26 +789,34 @@ def _load_like(
         if not ok:
             shown = name if hit[0] == name else f"{name} (stored as {hit[0]})"
             mismatched.append((shown, _like_text(x), _spec_text(parsed, hit[1], cast, x)))
+            if not cast.like and _like_casts(parsed, hit[1], x):
+                castable.append(name)
             out.append(x)
             continue
         out.append(value)
-    unexpected = [orig for target, (orig, _) in entries.items() if target not in used]
+    unused = [(target, orig) for target, (orig, _) in entries.items() if target not in used]
+    unexpected = [orig for _, orig in unused]
     if mismatched:
         lines = "; ".join(f"{n}: like has {a}, the file {b}" for n, a, b in mismatched[:_MAX_LISTED])
         more = f" and {len(mismatched) - _MAX_LISTED} more" if len(mismatched) > _MAX_LISTED else ""
+        hint = f"; dtype='like' would cast {_listing(castable)} to like's dtype{'s' if len(castable) > 1 else ''}" if castable else ""
         raise MismatchError(
-            f"load: {parsed.path} does not fit like: {lines}{more}",
+            f"load: {parsed.path} does not fit like: {lines}{more}{hint}",
             missing, unexpected, mismatched,
         )
     if strict and (missing or unexpected):
         parts = []
         if missing:
             parts.append(f"missing from the file: {_listing(missing)}")
-        if unexpected:
-            parts.append(f"in the file but not in like: {_listing(unexpected)}")
+        if unused:  # the names rename gave, which are the ones compared with like's
+            listed = [repr(t) if t == o else f"{t!r} (stored as {o!r})" for t, o in unused[:_MAX_LISTED]]
+            parts.append(f"in the file but not in like: {_joined(listed, len(unused))}")
+        advice = (
+            "names as rename= gave them; strict=False loads what matches" if rename is not None
+            else "pass rename= to map names, or strict=False to load what matches"
+        )
         raise MismatchError(
-            f"load: {parsed.path} does not match like: {'; '.join(parts)} (pass rename= to map "
-            "names, or strict=False to load what matches)",
+            f"load: {parsed.path} does not match like: {'; '.join(parts)} ({advice})",
             missing, unexpected,
         )
     return treedef.unflatten(out), missing, unexpected
