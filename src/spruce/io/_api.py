@@ -309,6 +309,22 @@ def _read_info(path: PathLike, function: str) -> CheckpointInfo:
     return CheckpointInfo(parsed.format, tensors, dict(parsed.metadata))
 
 
+def load_flat(path: PathLike) -> dict[str, Any]:
+    """A checkpoint's entries by their names in the file, not nested: ``{name: leaf}`` with
+    NumPy arrays as ``load`` reads them (views of the file read whole or mapped) and the
+    Python values spruce stored in the metadata, the stored structure's leaves first.  (What
+    ``spruce.view.diff`` and the ``spruce diff`` command compare: the file's own names, which
+    nesting and renaming again would change for names holding ``%`` or naming a subtree too.)
+
+    Raises:
+      CheckpointError, OSError: as ``load``.
+    """
+    p = _fspath(path, "load")
+    with _naming(p), _open(p, False) as reader:
+        parsed = reader.parsed
+        return {name: _plain(reader.array, spec) for name, spec in _entries(parsed, _doc(parsed)).items()}
+
+
 def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None) -> None:
     """Write a pytree to a .safetensors or .npz checkpoint, atomically.
 
