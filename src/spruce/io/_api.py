@@ -408,16 +408,20 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
 
     Without ``like``, the structure comes from the file: a file written by spruce is rebuilt
     as it was saved (containers, key order, None holes, namedtuples, Modules with their static
-    fields); arrays are NumPy arrays.  A PyTorch checkpoint (a ``torch.save`` file: ``.pt``,
-    ``.pth``, ``.bin``) gives its pickled structure with NumPy arrays for the tensors, read
-    without torch by an unpickler that refuses any global a state dict does not need (the rule
-    of ``torch.load(weights_only=True)``; see docs/io.md).  A file without spruce metadata (a
-    Hugging Face safetensors file, a ``numpy.savez`` archive) is nested by ``unflatten_names``: dicts,
-    with lists where the name components are 0, 1, ..., n-1.  Classes are looked up by
-    module and name, only in modules already imported (or in packages already imported), and
-    built field by field without calling them.  A class that cannot be found here does not
-    stop the load: a namedtuple is rebuilt as a namedtuple class of the stored name and
-    fields, a dataclass node (a Module) as a ``StoredNode`` stand-in (docs/io.md).  A node
+    fields); arrays are NumPy arrays.  A file without spruce metadata (a Hugging Face
+    safetensors file, a ``numpy.savez`` archive) is nested by ``unflatten_names``: dicts,
+    with lists where the name components are 0, 1, ..., n-1.  A PyTorch checkpoint (a
+    ``torch.save`` file: ``.pt``, ``.pth``, ``.bin``) gives its pickled structure with NumPy
+    arrays for the tensors, read without torch by an unpickler that refuses any global a state
+    dict does not need (the rule of ``torch.load(weights_only=True)``; see docs/io.md), except
+    that a dict whose keys are dotted names (a ``state_dict``: ``'0.weight'``) is nested by
+    them in the same way (``{'0': {'weight': ...}}``), so that ``save`` writes PyTorch's names
+    back (a dict whose keys cannot nest, ``'a'`` beside ``'a.b'``, stays as it is).  Classes
+    are looked up by module and name, only in modules already imported (or in packages
+    already imported), and built field by field without calling them.  A class that cannot be
+    found here does not stop the load: a namedtuple is rebuilt as a namedtuple class of the
+    stored name and fields, a dataclass node (a Module) as a ``StoredNode`` stand-in
+    (docs/io.md).  A node
     that cannot be rebuilt (its class has changed, its static fields were not plain data)
     raises CheckpointError saying to pass ``like=``.
 
