@@ -191,6 +191,20 @@ def test_diff_values_marks_exactly_the_perturbed_tensors(tmp_path: Any, capsys: 
     assert code == 0 and "values: 0 of 104 comparable tensors differ" in out
 
 
+def test_diff_values_names_entries_as_the_files_do(tmp_path: Any, capsys: Any) -> None:
+    """--values compares the files' entries by their own names: names that would not nest ('w'
+    and 'w.b') and names holding '%' are compared, not refused or renamed."""
+    from safetensors.numpy import save_file
+
+    a, b = str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors")
+    save_file({"w": np.ones(2, np.float32), "w.b": np.ones(1, np.float32), "p%41": np.ones(1, np.float32)}, a)
+    save_file({"w": np.ones(2, np.float32), "w.b": np.full(1, 3, np.float32), "p%41": np.ones(1, np.float32)}, b)
+    code, out, err = run(capsys, "diff", a, b, "--values")
+    assert code == 1 and err == ""
+    assert "different values, largest relative change first (1):\n  ~ w.b  max abs diff 2, relative L2 change 2\n" in out
+    assert "values: 1 of 3 comparable tensors differ" in out
+
+
 def test_diff_html_colours_each_kind(tmp_path: Any, capsys: Any) -> None:
     a = str(tmp_path / "a.npz")
     b = str(tmp_path / "b.npz")
@@ -291,7 +305,11 @@ def test_errors_are_one_line(tmp_path: Any, capsys: Any) -> None:
 
     code, _, err = run(capsys, "inspect", str(tmp_path))
     assert code == 2
-    assert_one_error_line(err, "Is a directory")
+    assert_one_error_line(err, f"{tmp_path}: Is a directory but not a sharded checkpoint (no index.json)")
+    for argv in (("diff", good, str(tmp_path)), ("diff", str(tmp_path), good, "--values"), ("treemap", str(tmp_path), "-o", str(tmp_path / "t.svg"))):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == ""
+        assert_one_error_line(err, f"{tmp_path}: Is a directory but not a sharded checkpoint (no index.json)")
 
 
 def test_html_and_treemap_outputs_refuse_special_files_and_follow_symlinks(tmp_path: Any, capsys: Any) -> None:

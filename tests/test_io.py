@@ -1396,10 +1396,11 @@ def test_mismatch_names_the_dtype_the_cast_gave(tmp_path: pathlib.Path) -> None:
     with pytest.raises(spruce.io.MismatchError) as caught:
         spruce.io.load(path, like={"w": np.ones((2, 3), np.float16), "i": np.zeros(3, np.int64)}, dtype="bfloat16")
     assert "the file float32[2, 3] (loaded as bfloat16 by dtype=bfloat16)" in str(caught.value)
-    # integers are never cast, so their text is the file's dtype alone
+    # a float dtype= never casts integers, so their text is the file's dtype alone; dtype='like'
+    # would (the values fit), which the message suggests
     with pytest.raises(spruce.io.MismatchError) as caught:
         spruce.io.load(path, like={"w": np.ones((2, 3), np.float16), "i": np.zeros(3, np.int32)}, dtype=np.float16)
-    assert str(caught.value).endswith("i: like has int32[3], the file int64[3]")
+    assert str(caught.value).endswith("i: like has int32[3], the file int64[3]; dtype='like' would cast 'i' to like's dtype")
 
 
 @pytest.mark.parametrize("dtype", [np.int32, bool, object, np.complex64, "int8"])

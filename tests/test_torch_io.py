@@ -192,6 +192,18 @@ def test_shared_references_are_kept(tmp_path: pathlib.Path) -> None:
     assert leaf == [1.5] and tree["a"][0][1][0][1][0] == [1.5]
 
 
+def test_dotted_keys_nest_only_within_the_depth_limit(tmp_path: pathlib.Path) -> None:
+    """Keys with more components than the structure depth allows stay flat instead of failing;
+    keys that fit nest (plain pickles written by hand, no torch needed)."""
+    deep = ".".join(["a"] * 150)
+    f = tmp_path / "deep.pt"
+    write_archive(f, pickle.dumps({deep: 1.5, "b.c": 2}, protocol=2), {})
+    assert sio.load(f) == {deep: 1.5, "b.c": 2}
+    f2 = tmp_path / "fits.pt"
+    write_archive(f2, pickle.dumps({"x": {"a.b.c": 1.5, "a.d": [1, 2]}}, protocol=2), {})
+    assert sio.load(f2) == {"x": {"a": {"b": {"c": 1.5}, "d": [1, 2]}}}
+
+
 def test_not_a_checkpoint(tmp_path: pathlib.Path) -> None:
     f = tmp_path / "x.pt"
     f.write_bytes(b"hello")
@@ -336,6 +348,100 @@ def test_torch_state_dict_into_module(tmp_path: pathlib.Path) -> None:
     got = model.second(jax.nn.relu(model.first(jnp.asarray(x))))
     want = seq(torch.from_numpy(x)).detach().numpy()
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+
+
+def _sequential(torch: Any) -> Any:
+    return torch.nn.Sequential(
+        torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.ReLU(),
+        torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh()),
+    )
+
+
+def test_state_dict_loads_nested_and_saves_names_torch_loads(tmp_path: pathlib.Path) -> None:
+    """A state dict's dotted keys load nested, as a safetensors file of those names does, so
+    that saving the tree writes the same names: .pth -> spruce -> .safetensors -> torch."""
+    torch = _torch()
+    from safetensors.numpy import save_file
+    from safetensors.torch import load_file
+
+    import spruce.view
+
+    torch.manual_seed(0)
+    model = _sequential(torch)
+    model.train()
+    model(torch.randn(8, 4))  # running statistics that are not the initial ones
+    model.eval()
+    sd = model.state_dict()
+    pth = tmp_path / "m.pth"
+    torch.save(sd, pth)
+
+    tree = sio.load(pth)
+    assert type(tree) is dict and list(tree) == ["0", "1", "3"]
+    assert list(tree["0"]) == ["weight", "bias"]
+    assert list(tree["1"]) == ["weight", "bias", "running_mean", "running_var", "num_batches_tracked"]
+    assert type(tree["3"]) is list and len(tree["3"]) == 1 and list(tree["3"][0]) == ["weight", "bias"]
+    assert list(sio.read_header(pth)) == list(sd)  # the tensor names are unchanged
+    flat = sio.flatten_names(tree)
+    assert sorted(flat) == sorted(sd)  # (flatten_names visits dict keys sorted)
+    for k, t in sd.items():
+        np.testing.assert_array_equal(flat[k], t.numpy())
+        assert flat[k].dtype == t.numpy().dtype and flat[k].shape == tuple(t.shape)
+    # nested as the same names in a safetensors file without spruce metadata are
+    plain = tmp_path / "plain.safetensors"
+    save_file({k: t.numpy() for k, t in sd.items()}, str(plain))
+    other = sio.load(plain)
+    assert sorted(other) == ["0", "1", "3"] and type(other["3"]) is list  # (in the file's order)
+    assert sio.flatten_names(other).keys() == flat.keys()
+
+    out = tmp_path / "m.safetensors"
+    sio.save(out, tree)
+    assert list(sio.read_header(out)) == list(sd)  # not 0%2Eweight
+    loaded = load_file(str(out))
+    again = _sequential(torch)
+    again.load_state_dict(loaded, strict=True)
+    again.eval()
+    x = torch.randn(5, 4)
+    with torch.no_grad():
+        assert torch.equal(again(x), model(x))  # the same weights, the same CPU kernels
+    assert all(torch.equal(loaded[k], sd[k]) and loaded[k].dtype == sd[k].dtype for k in sd)
+    entries = spruce.view.diff(pth, out)  # read as the spruce diff command reads them
+    assert [e.status for e in entries] == ["same"] * len(sd)
+    assert sorted(e.name for e in entries) == sorted(sd)
+
+
+def test_dotted_keys_inside_a_checkpoint(tmp_path: pathlib.Path) -> None:
+    """A dict with dotted keys anywhere nests; the rest of the pickled structure is kept (int
+    keys, tuples, None, OrderedDicts without dotted keys); keys that cannot nest stay flat."""
+    torch = _torch()
+    lin = torch.nn.Linear(2, 2)
+    seq = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    ckpt = {
+        "model": seq.state_dict(),
+        "head": lin.state_dict(),
+        "opt": {"state": {0: {"step": torch.tensor(1.0)}}, "param_groups": [{"lr": 0.1, "params": (0, 1)}]},
+        "epoch": 3,
+        "none": None,
+        "clash": {"a": torch.ones(1), "a.b": torch.zeros(1)},
+        "escaped": {"x%2Ey.w": torch.ones(2), "v": torch.zeros(1)},
+    }
+    path = tmp_path / "ckpt.pt"
+    torch.save(ckpt, path)
+    tree = sio.load(path)
+    assert type(tree["model"]) is list and [list(m) for m in tree["model"]] == [["weight", "bias"]] * 2
+    np.testing.assert_array_equal(tree["model"][1]["bias"], seq[1].bias.detach().numpy())
+    assert type(tree["head"]) is OrderedDict and list(tree["head"]) == ["weight", "bias"]
+    assert list(tree["opt"]["state"]) == [0] and tree["opt"]["param_groups"] == [{"lr": 0.1, "params": (0, 1)}]
+    assert tree["epoch"] == 3 and tree["none"] is None
+    assert list(tree["clash"]) == ["a", "a.b"]  # 'a' is a tensor and a prefix: kept as pickled
+    assert list(tree["escaped"]) == ["x.y", "v"] and list(tree["escaped"]["x.y"]) == ["w"]
+    names = list(sio.read_header(path))
+    assert names[:4] == ["model.0.weight", "model.0.bias", "model.1.weight", "model.1.bias"]
+    assert "clash.a.b" in names and "escaped.x%2Ey.w" in names
+    out = tmp_path / "ckpt.safetensors"
+    sio.save(out, tree)
+    saved = list(sio.read_header(out))
+    assert saved[:4] == names[:4] and "escaped.x%2Ey.w" in saved
+    assert "clash.a%2Eb" in saved  # the key that could not nest is escaped, as any such key
 
 
 def test_torch_legacy_format(tmp_path: pathlib.Path) -> None:

@@ -413,6 +413,45 @@ def test_diff_string_object_and_unreadable_arrays() -> None:
     assert page.count("<td class=\"num\">—</td>") == 4  # no numbers for the unreadable and string rows
 
 
+def test_diff_of_paths_reads_the_files_as_the_command_does(tmp_path: Any) -> None:
+    """str and os.PathLike sides are checkpoint files: headers without values, entries with
+    them, named as the files name them; the same entries the spruce diff command lists."""
+    import pathlib
+
+    a, b = tmp_path / "a.safetensors", str(tmp_path / "b.npz")
+    sio.save(a, {"enc": {"x": np.ones(3, np.float32)}, "a.b": np.zeros(2), "step": 1, "gone": np.ones(1)})
+    sio.save(b, {"enc": {"x": np.array([1, 1, 4], np.float32)}, "a.b": np.zeros(2), "step": 2, "new": np.ones(1)})
+    got = view.diff(a, b)
+    assert [(e.name, e.status) for e in got[:2]] == [("gone", "removed"), ("new", "added")]
+    assert [(e.name, e.status, e.max_abs) for e in got[2:]] == [
+        ("enc.x", "changed", 3.0), ("step", "changed", 1.0), ("a%2Eb", "same", 0.0)]
+    assert isinstance(a, pathlib.Path) and view.diff(str(a), pathlib.Path(b)) == view.diff(a, b)
+    # without values: the headers (tensors only; stored Python values are not tensors)
+    assert [(e.name, e.status) for e in view.diff(a, b, values=False)] == [
+        ("gone", "removed"), ("new", "added"), ("a%2Eb", "same"), ("enc.x", "same")]
+    # a path against a tree: the tree's leaves are named by path_name, which gives the same names
+    tree = {"enc": {"x": np.ones(3, np.float32)}, "a.b": np.zeros(2), "step": 1, "gone": np.ones(1)}
+    assert {e.status for e in view.diff(a, tree)} == {"same"}
+    with pytest.raises(FileNotFoundError):
+        view.diff(str(tmp_path / "missing.safetensors"), b)
+
+
+def test_diff_of_headers_uses_the_file_names(tmp_path: Any) -> None:
+    a, b = str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors")
+    sio.save(a, {"enc": {"x": np.ones(3)}, "a.b": np.ones(1), "p%": np.ones(1)})
+    sio.save(b, {"enc": {"x": np.ones(4)}, "a.b": np.ones(1), "p%": np.ones(2)})
+    want = [("enc.x", "reshaped"), ("p%25", "reshaped"), ("a%2Eb", "same")]
+    for ia, ib in ((sio.read_info(a), sio.read_info(b)), (sio.read_header(a), sio.read_header(b))):
+        assert [(e.name, e.status) for e in view.diff(ia, ib)] == want
+        assert [(e.name, e.status) for e in view.diff(ia, b, values=False)] == want
+    # names that do not nest ('w' and 'w.b') compare by name, with values too
+    from safetensors.numpy import save_file
+
+    save_file({"w": np.ones(2, np.float32), "w.b": np.ones(1, np.float32)}, a)
+    save_file({"w": np.ones(2, np.float32), "w.b": np.full(1, 3, np.float32)}, b)
+    assert [(e.name, e.status, e.max_abs) for e in view.diff(a, b)] == [("w.b", "changed", 2.0), ("w", "same", 0.0)]
+
+
 # -- sharding ------------------------------------------------------------------------------------
 
 

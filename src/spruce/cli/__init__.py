@@ -440,16 +440,12 @@ def _bar(share: float, width: int = 12) -> Any:
 def _diff(args: argparse.Namespace, out: Any) -> int:
     from rich.text import Text
 
-    import spruce.io
     import spruce.view
 
     info_a, info_b = _read_info(args.a), _read_info(args.b)
     a, b = info_a.tensors, info_b.tensors
-    if args.values:
-        tree_a, tree_b = _load_named(args.a), _load_named(args.b)
-    else:
-        tree_a, tree_b = spruce.io.unflatten_names(a), spruce.io.unflatten_names(b)
-    entries = spruce.view.diff(tree_a, tree_b, values=args.values)
+    # the headers, or with --values the files' entries (read by spruce.view.diff), by their names
+    entries = spruce.view.diff(args.a if args.values else info_a, args.b if args.values else info_b, values=args.values)
     by_status: dict[str, list[Any]] = {}
     for e in entries:
         by_status.setdefault(e.status, []).append(e)

@@ -25,8 +25,9 @@ nests by its dotted names (``unflatten_names``).
 
 Guarantees: writes are atomic (temporary file, fsync, rename); loading never unpickles and
 validates every header before touching data (a lying or truncated file raises
-CheckpointError without allocating what it declares); arrays are memory-mapped, so opening a
-10 GB checkpoint reads only what is used.  The file format — names, metadata schema, the
+CheckpointError without allocating what it declares); arrays of files over 64 MiB are
+memory-mapped, so opening a 10 GB checkpoint reads only what is used (smaller files are read
+whole, which a writer truncating the file cannot disturb; see ``load``).  The file format — names, metadata schema, the
 rules for non-array leaves — is documented in docs/io.md.
 
 >>> import os, tempfile, numpy as np

@@ -430,7 +430,8 @@ def layout(index: Index) -> dict[str, str]:
 
 
 class Reader:
-    """Arrays of a sharded checkpoint, assembled from memory-mapped pieces."""
+    """Arrays of a sharded checkpoint, assembled from its pieces (``MappedFile``s: read whole or
+    memory-mapped, or with ``copy`` read array by array)."""
 
     def __init__(self, index: Index, copy: bool = False) -> None:
         self.index = index
@@ -441,7 +442,7 @@ class Reader:
     def _view(self, s: Slice) -> np.ndarray[Any, Any]:
         m = self.maps.get(s.file)
         if m is None:
-            m = self.maps[s.file] = MappedFile(self.index.pieces[s.file])
+            m = self.maps[s.file] = MappedFile(self.index.pieces[s.file], self.copy)
         assert s.entry is not None
         return m.array(s.entry)
 
@@ -467,11 +468,10 @@ class Reader:
         for s in self.index.slices[name]:
             if s.start == start and s.stop == stop:
                 v = self._view(s)
-                if not (self.copy or detach):
+                if self.copy or not detach:  # (with copy, already a new array)
                     return v
                 v = v.copy()
-                if detach:
-                    self._release(s)
+                self._release(s)
                 return v
         out = np.empty(tuple(b - a for a, b in zip(start, stop)), e.dtype)
         for s in self.index.slices[name]:

@@ -21,10 +21,13 @@ This is the rule of ``torch.load(weights_only=True)``, without torch.
 
 Each tensor becomes an ``Entry`` whose offset and byte strides point into the storage's bytes
 in the file, after checking that every element it can reach lies inside that storage: arrays
-are then views of the memory-mapped file, and tensors sharing a storage share memory.  The
-pickled structure (dicts, OrderedDicts, lists, tuples, Python scalars) becomes a
+are then views of the file's bytes (``MappedFile``), and tensors sharing a storage share
+memory.  The pickled structure (dicts, OrderedDicts, lists, tuples, Python scalars) becomes a
 ``spruce.treedef`` document whose tensor names are the PyTorch ones: the keys from the root
-joined with ``.`` and not escaped (``encoder.layer.0.weight``, ``state.0.exp_avg``).
+joined with ``.`` and not escaped (``encoder.layer.0.weight``, ``state.0.exp_avg``).  A dict
+whose keys are dotted names (a state dict) is nested by them as ``unflatten_names`` nests a
+file's names (``{'0': {'weight': ...}}``; kept flat if they cannot nest, ``'a'`` beside
+``'a.b'``), so that the loaded tree saves under the same names.
 """
 
 from __future__ import annotations
@@ -37,8 +40,7 @@ import zlib
 from collections import OrderedDict
 from typing import IO, Any, Final, NamedTuple
 
-import numpy as np
-
+from .._names import unflatten_names
 from ._dtypes import dtype_of
 from ._errors import CheckpointError
 from ._files import Entry, Parsed, identity, open_regular, shape_size
@@ -391,6 +393,16 @@ class _Builder:
 
         if t is list or t is tuple:
             return {t.__name__: [self.node(v, sub(str(i)), depth + 1) for i, v in enumerate(x)]}
+        if all(type(k) is str for k in x) and any("." in k for k in x):
+            # nested by the keys' components, unless they cannot nest: a key that is also the
+            # prefix of another ('a' and 'a.b'), or more components than the depth allows
+            if depth + 1 + max(k.count(".") for k in x) <= MAX_DEPTH:
+                try:
+                    shape = unflatten_names({k: _Slot(k) for k in x})
+                except ValueError:
+                    pass
+                else:
+                    return self.nested(shape, x, where, depth)
         items = []
         for k, v in x.items():
             try:
@@ -400,6 +412,24 @@ class _Builder:
                 raise self.fail(where, f"has a key that is not plain data: {e}") from None
             items.append([ekey, self.node(v, sub(comp), depth + 1)])
         return {"OrderedDict" if t is OrderedDict else "dict": items}
+
+    def nested(self, shape: Any, x: Any, where: str, depth: int) -> Any:
+        """The document of the dict ``x`` (at ``where``) whose keys are dotted names, nested as
+        ``shape`` (``unflatten_names`` of its keys, with ``_Slot`` leaves; at most MAX_DEPTH
+        deep, which the caller checked): dicts, and lists where the components are 0, 1, ...,
+        n-1.  The entries' names stay PyTorch's, the keys joined to ``where``."""
+        if type(shape) is _Slot:
+            return self.node(x[shape.key], f"{where}.{shape.key}" if where else shape.key, depth)
+        self.budget -= 1
+        if type(shape) is list:
+            return {"list": [self.nested(v, x, where, depth + 1) for v in shape]}
+        return {"dict": [[encode_value(k), self.nested(v, x, where, depth + 1)] for k, v in shape.items()]}
+
+
+class _Slot(NamedTuple):
+    """A key of a dict with dotted keys, as a leaf of the shape ``unflatten_names`` gives it."""
+
+    key: str
 
 
 def _what(x: Any) -> str:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .. import tree as _tree
 from .._arrays import format_bytes
-from ..io import TensorInfo, path_name
+from ..io import CheckpointInfo, TensorInfo, path_name, read_info
+from ..io._api import load_flat
 from ._model import _array_info, safe_repr
 from ._stats import fmt
 from ._style import bar, esc, page
@@ -50,7 +52,14 @@ class TensorDiff(NamedTuple):
     note: str = ""
 
 
-def _named(tree: Any) -> dict[str, Any]:
+def _named(tree: Any, values: bool) -> dict[str, Any]:
+    """The leaves of one side of ``diff`` by dotted name (see ``diff`` for paths and headers)."""
+    if isinstance(tree, (str, os.PathLike)):
+        return load_flat(tree) if values else dict(read_info(tree).tensors)
+    if isinstance(tree, CheckpointInfo):
+        return dict(tree.tensors)
+    if type(tree) is dict and tree and all(isinstance(v, TensorInfo) for v in tree.values()):
+        return dict(tree)  # read_header's result: already the file's names
     out: dict[str, Any] = {}
     for path, leaf in _tree.leaves_with_path(tree, is_leaf=lambda x: isinstance(x, TensorInfo)):
         name = path_name(path)
@@ -149,7 +158,13 @@ def diff(a: Any, b: Any, *, values: bool = True) -> list[TensorDiff]:
     Args:
       a, b: pytrees (a Module, a loaded checkpoint, ``spruce.io.unflatten_names`` of a flat
         state dict); ``spruce.io.TensorInfo`` leaves (a header, no data) compare by shape and
-        dtype only.
+        dtype only.  A ``str`` or ``os.PathLike`` is a checkpoint file (or sharded directory)
+        and is read as the ``spruce diff`` command reads it: its header (``read_info``), or with
+        ``values`` its entries (arrays memory-mapped, and the values spruce stored in the
+        metadata).  A path, a ``read_info`` result (``CheckpointInfo``) and a ``read_header``
+        result (a dict of TensorInfo) are named by the file's tensor names as they are
+        (``encoder.0.weight``), not escaped again (a tree's leaves are named by
+        ``spruce.io.path_name``, which writes a ``.`` inside a key as ``%2E``, as ``save`` does).
       values: compare the values of tensors whose shape and dtype agree (reads both; False
         compares names, shapes and dtypes only).  Numeric arrays get ``max_abs`` and
         ``rel_l2``; string and object arrays compare by element equality (``'changed'`` or
@@ -163,6 +178,7 @@ def diff(a: Any, b: Any, *, values: bool = True) -> list[TensorDiff]:
 
     Raises:
       ValueError: two leaves of one tree get the same name.
+      CheckpointError, OSError: a path that cannot be read (as ``spruce.io.load``).
 
     >>> import numpy as np
     >>> a = {'w': np.ones(4, np.float32), 'b': np.zeros(2), 'old': np.ones(1)}
@@ -172,7 +188,7 @@ def diff(a: Any, b: Any, *, values: bool = True) -> list[TensorDiff]:
     >>> round(diff(a, b)[2].rel_l2, 6)   # ||(0, 0, 0, 2)|| / ||(1, 1, 1, 1)||
     1.0
     """
-    na, nb = _named(a), _named(b)
+    na, nb = _named(a, values), _named(b, values)
     out: list[TensorDiff] = []
     nan = math.nan
     for name in list(na) + [n for n in nb if n not in na]:
