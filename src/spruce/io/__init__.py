@@ -41,6 +41,9 @@ rules for non-array leaves — is documented in docs/io.md.
 7
 """
 
+from .._names import flatten_names as flatten_names
+from .._names import path_name as path_name
+from .._names import unflatten_names as unflatten_names
 from ._api import CheckpointInfo as CheckpointInfo
 from ._api import LoadResult as LoadResult
 from ._api import TensorInfo as TensorInfo
@@ -51,9 +54,6 @@ from ._api import read_metadata as read_metadata
 from ._api import save as save
 from ._errors import CheckpointError as CheckpointError
 from ._errors import MismatchError as MismatchError
-from .._names import flatten_names as flatten_names
-from .._names import path_name as path_name
-from .._names import unflatten_names as unflatten_names
 from ._sharded import save_sharded as save_sharded
 from ._structure import StoredNode as StoredNode
 

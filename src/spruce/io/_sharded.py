@@ -26,10 +26,19 @@ from typing import Any, Final, Mapping, NamedTuple
 
 import numpy as np
 
+from . import _safetensors
 from ._dtypes import CODE_OF_NAME, SAFETENSORS_CODES, SAFETENSORS_NAMES, dtype_of
 from ._errors import CheckpointError
-from ._files import Entry, MappedFile, Parsed, atomic_write, fsync_dir, open_regular, shape_size, with_path
-from . import _safetensors
+from ._files import (
+    Entry,
+    MappedFile,
+    Parsed,
+    atomic_write,
+    fsync_dir,
+    open_regular,
+    shape_size,
+    with_path,
+)
 from ._structure import TREEDEF_KEY, encode_tree
 
 INDEX: Final = "index.json"

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import threading
 from collections import OrderedDict, defaultdict, deque, namedtuple
 from typing import Any, Callable, Final, NamedTuple
@@ -41,10 +40,22 @@ from typing import Any, Callable, Final, NamedTuple
 import numpy as np
 
 from .. import tree as _tree
+from .._arrays import jax_if_imported
+from .._names import component, escaper, path_text
+from .._tree._registry import is_namedtuple_type
 from ._dtypes import describe, name_of
 from ._errors import CheckpointError
-from .._names import component, escaper, path_text
-from ._values import NotData, class_ref, decode_value, describe_code, describe_leaf, encode_value, is_code, resolve
+from ._prng import is_key_dtype, key_impl_name, wrap_keys
+from ._values import (
+    NotData,
+    class_ref,
+    decode_value,
+    describe_code,
+    describe_leaf,
+    encode_value,
+    is_code,
+    resolve,
+)
 
 FORMAT_VERSION: Final = 2
 TREEDEF_KEY: Final = "spruce.treedef"
@@ -58,88 +69,6 @@ _FACTORIES: Final[dict[str, Any]] = {
 }
 _FACTORY_NAMES: Final = {v: k for k, v in _FACTORIES.items()}
 _NONE_TYPE: Final = type(None)
-
-
-def _jax_array_type() -> Any:
-    jax = sys.modules.get("jax")
-    return None if jax is None else getattr(jax, "Array", None)
-
-
-def is_key_dtype(dtype: Any) -> bool:
-    """True for the dtype of typed PRNG keys (``jax.random.key(0).dtype``, ``key<fry>``)."""
-    jax = sys.modules.get("jax")
-    if jax is None or dtype is None or isinstance(dtype, np.dtype):
-        return False
-    try:
-        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
-    except TypeError:
-        return False
-
-
-def never_stored(x: Any) -> bool:
-    """True for a leaf that no checkpoint holds: neither array-like (an array, a NumPy scalar, a
-    ``jax.ShapeDtypeStruct`` placeholder) nor a Python bool / int / float / str.  ``save``
-    refuses such a leaf (or, ``skip_code=True``, leaves code out), so ``load(..., like=...)``
-    takes it from ``like``."""
-    t = type(x)
-    if t is bool or t is int or t is float or t is str:
-        return False
-    return not (hasattr(x, "shape") and hasattr(x, "dtype"))
-
-
-def wrap_keys(data: Any, impl: str, file: str, where: str) -> Any:
-    """Typed PRNG keys from their key data: ``jax.random.wrap_key_data(data, impl=impl)``.
-
-    Raises:
-      CheckpointError: JAX is not installed, the data is not uint32, ``impl`` is not an
-        implementation JAX knows by name, or the data does not have its shape; naming
-        ``where`` and ``file``.
-    """
-    try:
-        import jax
-    except ImportError:  # pragma: no cover - jax is installed wherever keys were saved
-        raise CheckpointError(f"the stored structure at {where or '<root>'!r} holds PRNG keys ({impl[:60]}), which need JAX", file) from None
-    if np.dtype(data.dtype) != np.uint32:
-        raise CheckpointError(
-            f"the stored structure at {where or '<root>'!r} holds PRNG keys ({impl[:60]}) whose key "
-            f"data is {describe(data.dtype)}, not uint32",
-            file,
-        )
-    try:
-        return jax.random.wrap_key_data(jax.numpy.asarray(data), impl=impl)
-    except (TypeError, ValueError, KeyError) as e:
-        raise CheckpointError(
-            f"the stored structure at {where or '<root>'!r} holds PRNG keys of the implementation "
-            f"{impl[:60]!r} with key data of shape {list(np.shape(data))}, which JAX cannot rebuild: {e}",
-            file,
-        ) from None
-
-
-_key_names: dict[Any, str | None] = {}
-
-
-def key_impl_name(x: Any) -> str | None:
-    """The name of the PRNG implementation of the key array ``x`` if
-    ``jax.random.wrap_key_data(..., impl=name)`` gives keys of the same dtype back, else None
-    (an implementation not registered by name)."""
-    import jax
-
-    if x.dtype in _key_names:
-        return _key_names[x.dtype]
-    name: str | None = str(jax.random.key_impl(x))
-    try:
-        one = jax.numpy.zeros(tuple(jax.random.key_data(x).shape[x.ndim:]), jax.numpy.uint32)
-        if jax.random.wrap_key_data(one, impl=name).dtype != x.dtype:
-            name = None
-    except (TypeError, ValueError, KeyError):
-        name = None
-    if len(_key_names) < 64:
-        _key_names[x.dtype] = name
-    return name
-
-
-def _is_namedtuple_class(t: type) -> bool:
-    return issubclass(t, tuple) and isinstance(getattr(t, "_fields", None), tuple)
 
 
 def _is_structseq_class(t: type) -> bool:
@@ -209,7 +138,7 @@ class _Encoder:
             name = self.claim(path)
             self.arrays[name] = self.array(path, np.asarray(x), "a NumPy scalar")
             return {"tensor": name, "scalar": True}
-        jarr = _jax_array_type()
+        jarr = getattr(jax_if_imported(), "Array", None)
         if jarr is not None and isinstance(x, jarr) and is_key_dtype(x.dtype):
             return self.keys(x, path)
         if jarr is not None and isinstance(x, jarr) and self.keep_jax:
@@ -300,7 +229,7 @@ class _Encoder:
             return self.mapping(x, t, kv, path, depth)
         if t is deque:
             return {"deque": kids(), "maxlen": data}
-        if data is None and (_is_structseq_class(t) or _is_namedtuple_class(t)):
+        if data is None and (_is_structseq_class(t) or is_namedtuple_type(t)):
             kind = "structseq" if _is_structseq_class(t) else "namedtuple"
             ref, problem = class_ref(t)
             names = [k.name if isinstance(k, _tree.GetAttrKey) else str(k) for k, _ in kv]
@@ -732,7 +661,7 @@ class Decoder:
                 raise
             return self.stand_in(kind, node, names, values, where)
         if kind == "namedtuple":
-            if not _is_namedtuple_class(cls) or list(cls._fields) != names:
+            if not is_namedtuple_type(cls) or list(cls._fields) != names:
                 raise self.cannot_rebuild(where, f"{node[kind]} is not a namedtuple with fields {names} (the class has changed?)")
             return tuple.__new__(cls, values)
         if kind == "structseq":
