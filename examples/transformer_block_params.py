@@ -70,7 +70,7 @@ class Block(spruce.Module):
 
     def __init__(self, d: int, num_heads: int, *, key: jax.Array) -> None:
         k_att, k_in, k_out = random.split(key, 3)
-        self.attention = nn.MultiheadAttention(num_heads, d, key=k_att)
+        self.attention = nn.MultiheadAttention(d, num_heads, bias=False, key=k_att)
         self.mlp_in = nn.Linear(d, 4 * d, use_bias=False, key=k_in)
         self.mlp_out = nn.Linear(4 * d, d, use_bias=False, key=k_out)
         self.ln1 = nn.LayerNorm(d)

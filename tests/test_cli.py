@@ -431,7 +431,7 @@ def test_demo_runs_and_writes_its_pictures(tmp_path: Any, capsys: Any) -> None:
     assert f"the Module as a page:   {outputs['page']}" in out
     assert f"its bytes as a treemap: {outputs['treemap']}" in out
     page = outputs["page"].read_text()
-    assert "BertModel" in page and "MultiheadAttention" in page and "22,713,728 parameters" in page
+    assert "BertModel" in page and "BertSelfAttention" in page and "22,713,728 parameters" in page
     svg = outputs["treemap"].read_text()
     assert 'data-path="embeddings.word_embeddings.weight" data-bytes="46881792"' in svg
 

@@ -278,6 +278,33 @@ def test_packed_sequences_equal_separate_ones() -> None:
         jax.eval_shape(model, ids, None, None, positions[:7])
 
 
+def test_bert_self_attention_equals_multihead_attention_with_stacked_projections() -> None:
+    # BertSelfAttention keeps the checkpoint's separate projections; nn.MultiheadAttention with
+    # them stacked into PyTorch's in_proj_weight computes the same (with torch's mask sense).
+    import spruce.nn as nn
+
+    layer = _random_tiny_model(3).layers[0].attention
+    x = np.random.default_rng(4).normal(size=(5, 8)).astype(np.float32)
+    allowed = np.tri(5, dtype=bool) | np.eye(5, k=1, dtype=bool)
+
+    def stacked(name: str) -> np.ndarray:
+        return np.concatenate([getattr(p, name) for p in (layer.query_proj, layer.key_proj, layer.value_proj)])
+
+    mha = spruce.tree_at(
+        lambda m: (m.in_proj_weight, m.in_proj_bias, m.out_proj.weight, m.out_proj.bias),
+        nn.MultiheadAttention(8, 2, key=jax.random.key(0)),
+        (stacked("weight"), stacked("bias"), layer.output_proj.weight, layer.output_proj.bias),
+    )
+    np.testing.assert_allclose(layer(x, allowed), mha(x, x, x, attn_mask=~allowed)[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(layer(x), mha(x, x, x)[0], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"x must have shape \(L, 8\) \(one sequence; use jax.vmap for a batch\), got \(5, 4\)"):
+        layer(x[:, :4])
+    with pytest.raises(ValueError, match=r"mask must have shape \(5, 5\), got \(4, 4\)"):
+        layer(x, allowed[:4, :4])
+    with pytest.raises(ValueError, match=r"hidden_size \(10\) must be a multiple of num_heads \(3\)"):
+        bert.BertSelfAttention(10, 3, key=jax.random.key(0))
+
+
 def test_bert_config_errors() -> None:
     with pytest.raises(ValueError, match="multiple of num_attention_heads"):
         BertConfig(hidden_size=10, num_attention_heads=3)

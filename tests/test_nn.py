@@ -319,46 +319,164 @@ def test_dropout() -> None:
 # ------------------------------------------------------------------ attention
 
 
-def _reference_attention(mha: nn.MultiheadAttention, q: Any, k: Any, v: Any, mask: Any = None) -> np.ndarray:
-    h = mha.num_heads
-    Q = np.asarray(q @ mha.query_proj.weight.T).reshape(q.shape[0], h, -1)
-    K = np.asarray(k @ mha.key_proj.weight.T).reshape(k.shape[0], h, -1)
-    V = np.asarray(v @ mha.value_proj.weight.T).reshape(v.shape[0], h, -1)
-    out = np.zeros((q.shape[0], h, V.shape[-1]), np.float32)
+def _reference_attention(mha: nn.MultiheadAttention, q: Any, k: Any, v: Any, blocked: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """NumPy multi-head attention, one head at a time, from the layer's PyTorch-named
+    parameters; ``blocked`` (L, S) is True where a query may not attend to a key."""
+    h, e = mha.num_heads, mha.embed_dim
+    if mha.in_proj_weight is not None:
+        wq, wk, wv = np.split(np.asarray(mha.in_proj_weight), 3)
+    else:
+        wq, wk, wv = (np.asarray(w) for w in (mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight))
+    bq, bk, bv = np.split(np.asarray(mha.in_proj_bias), 3) if mha.in_proj_bias is not None else (0, 0, 0)
+    Q = (np.asarray(q) @ wq.T + bq).reshape(q.shape[0], h, -1)
+    K = (np.asarray(k) @ wk.T + bk).reshape(k.shape[0], h, -1)
+    V = (np.asarray(v) @ wv.T + bv).reshape(v.shape[0], h, -1)
+    out = np.zeros((q.shape[0], h, e // h), np.float32)
+    weights = np.zeros((h, q.shape[0], k.shape[0]), np.float32)
     for head in range(h):
-        logits = Q[:, head] @ K[:, head].T / np.sqrt(Q.shape[-1])
-        if mask is not None:
-            logits = np.where(mask, logits, -np.inf)
+        logits = Q[:, head] @ K[:, head].T / np.sqrt(e // h)
+        if blocked is not None:
+            logits = np.where(blocked, -np.inf, logits)
         w = np.exp(logits - logits.max(-1, keepdims=True))
         w /= w.sum(-1, keepdims=True)
+        weights[head] = w
         out[:, head] = w @ V[:, head]
-    return out.reshape(q.shape[0], -1) @ np.asarray(mha.output_proj.weight).T
+    y = out.reshape(q.shape[0], -1) @ np.asarray(mha.out_proj.weight).T
+    if mha.out_proj.bias is not None:
+        y = y + np.asarray(mha.out_proj.bias)
+    return y, weights
+
+
+def _random_params(mha: Any, seed: int = 1) -> Any:
+    """The layer with every parameter drawn from normal(0, 0.5) (the initial biases are zero)."""
+    leaves, treedef = jax.tree.flatten(mha)
+    keys = random.split(random.PRNGKey(seed), len(leaves))
+    return jax.tree.unflatten(treedef, [0.5 * random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)])
 
 
 def test_multihead_attention_matches_reference() -> None:
-    mha = nn.MultiheadAttention(2, 8, key=KEY)
+    mha = _random_params(nn.MultiheadAttention(8, 2, key=KEY))
     kq, kk = random.split(random.PRNGKey(1))
     q = random.normal(kq, (3, 8))
     kv = random.normal(kk, (5, 8))
-    out = mha(q, kv, kv)
-    assert out.shape == (3, 8)
-    np.testing.assert_allclose(out, _reference_attention(mha, q, kv, kv), rtol=1e-4, atol=1e-5)
-    mask = np.tril(np.ones((3, 5), bool))
-    np.testing.assert_allclose(mha(q, kv, kv, mask=mask), _reference_attention(mha, q, kv, kv, mask), rtol=1e-4, atol=1e-5)
-    assert jax.vmap(mha)(q[None], kv[None], kv[None]).shape == (1, 3, 8)
+    expected, weights = _reference_attention(mha, q, kv, kv)
+    out, avg = mha(q, kv, kv)
+    assert out.shape == (3, 8) and out.dtype == jnp.float32 and avg is not None and avg.shape == (3, 5)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(avg, weights.mean(0), rtol=1e-4, atol=1e-6)
+    blocked = ~np.tri(3, 5, dtype=bool)
+    expected, weights = _reference_attention(mha, q, kv, kv, blocked)
+    out, per_head = mha(q, kv, kv, attn_mask=blocked, average_attn_weights=False)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(per_head, weights, rtol=1e-4, atol=1e-6)
+    # is_causal builds the same mask; need_weights=False gives no weights
+    causal, none = mha(q, kv, kv, need_weights=False, is_causal=True)
+    assert none is None
+    np.testing.assert_allclose(causal, expected, rtol=1e-4, atol=1e-5)
+    # separate projections (kdim, vdim differ from embed_dim), no biases
+    cross = _random_params(nn.MultiheadAttention(8, 4, bias=False, kdim=3, vdim=6, key=KEY))
+    k, v = random.normal(kk, (5, 3)), random.normal(kq, (5, 6))
+    np.testing.assert_allclose(cross(q, k, v)[0], _reference_attention(cross, q, k, v)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_multihead_attention_batches_with_vmap_in_either_layout() -> None:
+    mha = _random_params(nn.MultiheadAttention(8, 2, key=KEY))
+    x = random.normal(random.PRNGKey(2), (4, 3, 8))  # (N, L, E): torch's batch_first=True
+    out, w = jax.vmap(mha)(x, x, x)
+    assert out.shape == (4, 3, 8) and w.shape == (4, 3, 3)
+    np.testing.assert_allclose(out[1], mha(x[1], x[1], x[1])[0], rtol=1e-5, atol=1e-6)
+    xt = jnp.swapaxes(x, 0, 1)  # (L, N, E): torch's default batch_first=False
+    out_t, w_t = jax.vmap(mha, in_axes=1, out_axes=(1, 0))(xt, xt, xt)
+    np.testing.assert_allclose(out_t, jnp.swapaxes(out, 0, 1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(w_t, w, rtol=1e-5, atol=1e-6)
+
+
+def test_multihead_attention_parameter_names_shapes_and_initialisation() -> None:
+    import spruce.io
+
+    def shapes(m: Any) -> dict[str, tuple[int, ...]]:
+        return {k: tuple(v.shape) for k, v in spruce.io.flatten_names(m).items()}
+
+    mha = nn.MultiheadAttention(16, 4, key=KEY)
+    assert shapes(mha) == {"in_proj_weight": (48, 16), "in_proj_bias": (48,), "out_proj.weight": (16, 16), "out_proj.bias": (16,)}
+    assert (mha.embed_dim, mha.num_heads, mha.head_dim, mha.kdim, mha.vdim) == (16, 4, 4, 16, 16)
+    np.testing.assert_array_equal(mha.in_proj_bias, np.zeros(48))
+    np.testing.assert_array_equal(mha.out_proj.bias, np.zeros(16))
+    assert np.abs(np.asarray(mha.in_proj_weight)).max() <= np.sqrt(6 / (16 + 48))  # xavier uniform
+    assert np.abs(np.asarray(mha.out_proj.weight)).max() <= 1 / np.sqrt(16)
+    sep = nn.MultiheadAttention(16, 4, bias=False, add_bias_kv=True, kdim=5, vdim=16, key=KEY)
+    assert shapes(sep) == {"q_proj_weight": (16, 16), "k_proj_weight": (16, 5), "v_proj_weight": (16, 16),
+                           "bias_k": (1, 1, 16), "bias_v": (1, 1, 16), "out_proj.weight": (16, 16)}
+    assert sep.in_proj_weight is None and sep.in_proj_bias is None and sep.out_proj.bias is None
+    assert np.abs(np.asarray(sep.k_proj_weight)).max() <= np.sqrt(6 / (16 + 5))
+    bf16 = nn.MultiheadAttention(8, 2, dtype=jnp.bfloat16, key=KEY)
+    assert {x.dtype for x in st.leaves(bf16)} == {jnp.dtype(jnp.bfloat16)}
+    assert bf16(jnp.ones((2, 8), jnp.float32), jnp.ones((2, 8)), jnp.ones((2, 8)))[0].dtype == jnp.float32
+
+
+def test_multihead_attention_fully_blocked_query_gets_zero_weights() -> None:
+    mha = _random_params(nn.MultiheadAttention(8, 2, key=KEY))
+    q = random.normal(random.PRNGKey(3), (3, 8))
+    blocked = np.zeros((3, 4), bool)
+    blocked[1] = True
+    out, w = mha(q, q[:1].repeat(4, 0), q[:1].repeat(4, 0), attn_mask=blocked)
+    np.testing.assert_array_equal(w[1], np.zeros(4))
+    np.testing.assert_allclose(out[1], mha.out_proj.bias, rtol=1e-6, atol=1e-6)
+    assert np.isfinite(np.asarray(out)).all() and np.isfinite(np.asarray(w)).all()
+
+
+def test_multihead_attention_dropout() -> None:
+    mha = nn.MultiheadAttention(8, 2, dropout=0.5, key=KEY)
+    x = jnp.ones((4, 8))
+    _, w = mha(x, x, x, average_attn_weights=False, key=random.PRNGKey(5))
+    kept = np.asarray(w) != 0
+    assert w.shape == (2, 4, 4) and 0 < kept.sum() < w.size
+    np.testing.assert_allclose(np.asarray(w)[kept], 0.5, rtol=1e-6)  # uniform 1/4, scaled by 1 / (1 - p)
+    with pytest.raises(ValueError, match="needs a PRNG key when active"):
+        mha(x, x, x)
+    _, w_eval = mha(x, x, x, inference=True)
+    np.testing.assert_allclose(w_eval, np.full((4, 4), 0.25), rtol=1e-6)
+    _, w_mode = nn.inference_mode(mha)(x, x, x)
+    np.testing.assert_allclose(w_mode, np.full((4, 4), 0.25), rtol=1e-6)
+    assert nn.MultiheadAttention(8, 2, dropout=0.5, inference=True, key=KEY).dropout.inference
 
 
 def test_multihead_attention_sizes_and_errors() -> None:
-    mha = nn.MultiheadAttention(4, 16, key_size=6, value_size=5, output_size=3, qk_size=2, vo_size=7, key=KEY)
-    assert mha.query_proj.weight.shape == (8, 16) and mha.key_proj.weight.shape == (8, 6)
-    assert mha.value_proj.weight.shape == (28, 5) and mha.output_proj.weight.shape == (3, 28)
-    assert mha(jnp.ones((2, 16)), jnp.ones((3, 6)), jnp.ones((3, 5))).shape == (2, 3)
-    with pytest.raises(ValueError, match=r"key_ must have shape \(seq_len, 6\)"):
-        mha(jnp.ones((2, 16)), jnp.ones((3, 16)), jnp.ones((3, 5)))
-    with pytest.raises(ValueError, match="mask must be a boolean array of shape"):
-        mha(jnp.ones((2, 16)), jnp.ones((3, 6)), jnp.ones((3, 5)), mask=jnp.ones((3, 3), bool))
-    with pytest.raises(ValueError, match="num_heads must be >= 1"):
-        nn.MultiheadAttention(0, 4, key=KEY)
+    with pytest.raises(ValueError, match=r"embed_dim \(10\) must be divisible by num_heads \(3\)"):
+        nn.MultiheadAttention(10, 3, key=KEY)
+    with pytest.raises(ValueError, match=r"embed_dim \(8\) must be divisible by num_heads \(16\)"):
+        nn.MultiheadAttention(8, 16, key=KEY)  # was 16 heads of size 0
+    with pytest.raises(ValueError, match="embed_dim and num_heads must be >= 1, got embed_dim=8 and num_heads=0"):
+        nn.MultiheadAttention(8, 0, key=KEY)
+    with pytest.raises(ValueError, match="embed_dim and num_heads must be >= 1, got embed_dim=0 and num_heads=2"):
+        nn.MultiheadAttention(0, 2, key=KEY)
+    with pytest.raises(ValueError, match="must be >= 1, got embed_dim=8 and num_heads=-2"):
+        nn.MultiheadAttention(8, -2, key=KEY)
+    with pytest.raises(TypeError, match="num_heads must be an int, got 2.0"):
+        nn.MultiheadAttention(8, 2.0, key=KEY)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"dropout must be a number in \[0, 1\], got 1.5"):
+        nn.MultiheadAttention(8, 2, dropout=1.5, key=KEY)
+    with pytest.raises(TypeError, match="needs a PRNG key"):
+        nn.MultiheadAttention(8, 2, key=None)  # type: ignore[arg-type]
+    mha = nn.MultiheadAttention(8, 2, kdim=6, vdim=5, key=KEY)
+    q, k, v = jnp.ones((2, 8)), jnp.ones((3, 6)), jnp.ones((3, 5))
+    assert mha(q, k, v)[0].shape == (2, 8)
+    with pytest.raises(ValueError, match=r"key_ must have shape \(seq_len, 6\) \(one example.*got \(3, 8\)"):
+        mha(q, jnp.ones((3, 8)), v)
+    with pytest.raises(ValueError, match=r"query must have shape \(seq_len, 8\).*use jax.vmap for a batch\), got \(4, 2, 8\)"):
+        mha(jnp.ones((4, 2, 8)), k, v)
+    with pytest.raises(ValueError, match="key_ and value must have the same length, got 3 and 4"):
+        mha(q, k, jnp.ones((4, 5)))
+    with pytest.raises(ValueError, match=r"attn_mask must have shape \(2, 3\) or \(2, 2, 3\), got \(3, 3\)"):
+        mha(q, k, v, attn_mask=jnp.ones((3, 3), bool))
+    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(3,\), got \(2,\)"):
+        mha(q, k, v, key_padding_mask=jnp.ones((2,), bool))
+    with pytest.raises(TypeError, match="attn_mask must be a boolean or floating array, got dtype int32"):
+        mha(q, k, v, attn_mask=jnp.ones((2, 3), jnp.int32))
+    # torch's keyword names: key= is spruce's PRNG key, so the key sequence is the positional key_
+    for call in (lambda: mha(q, key=k, value=v), lambda: mha(q, k), lambda: mha(q, k, v, key=k)):
+        with pytest.raises(TypeError, match=r"second and third positional arguments, key_ and value.*key= is the PRNG key of the dropout"):
+            call()
 
 
 # ------------------------------------------------------------------ convolutions and pooling (torch-free checks; the

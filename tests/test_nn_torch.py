@@ -481,6 +481,112 @@ def test_tied_weights_match_torch_tied_gradient() -> None:
     np.testing.assert_allclose(loss(shared), tl.item(), rtol=1e-5)
 
 
+# ------------------------------------------------------------------ attention
+
+MHA_CASES = [
+    dict(),
+    dict(kdim=3, vdim=5),  # separate q/k/v projection weights
+    dict(bias=False),
+    dict(add_bias_kv=True),
+    dict(add_zero_attn=True),
+    dict(bias=False, add_bias_kv=True, add_zero_attn=True, kdim=6),
+]
+
+
+def _mha_calls(lq: int, lk: int, heads: int, extra_keys: bool) -> list[dict[str, Any]]:
+    """Keyword arguments of the forward call (torch's names, torch's mask conventions).
+
+    With keys appended (add_bias_kv, add_zero_attn), torch's ``is_causal`` without weights
+    drops the padded attn_mask and applies its own causal mask to the longer key sequence,
+    which blocks the appended keys (its ``need_weights=True`` path keeps them): that call is
+    compared only without appended keys."""
+    rng = _rng(7)
+    blocked = np.zeros((lq, lk), bool)
+    blocked[0, 1] = blocked[2, 0] = True
+    padding = np.array([False, False, True, False, False])
+    return [
+        {},
+        {"attn_mask": blocked, "key_padding_mask": padding},
+        {"attn_mask": np.stack([blocked, ~np.tri(lq, lk, dtype=bool)]), "average_attn_weights": False},
+        {"attn_mask": rng.standard_normal((heads, lq, lk)).astype(np.float32),
+         "key_padding_mask": np.where(padding, -2.0, 0.5).astype(np.float32)},
+        {"attn_mask": ~np.tri(lq, lk, dtype=bool), "is_causal": True},
+        {"key_padding_mask": padding, "need_weights": False},
+    ] + ([] if extra_keys else [{"attn_mask": ~np.tri(lq, lk, dtype=bool), "is_causal": True, "need_weights": False}])
+
+
+def _compare_mha(layer: Any, tlayer: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+    tol = _tolerance(q.shape[-1])
+    extra_keys = layer.bias_k is not None or layer.add_zero_attn
+    for kw in _mha_calls(q.shape[0], k.shape[0], layer.num_heads, extra_keys):
+        tkw = {n: torch.from_numpy(a) if isinstance(a, np.ndarray) else a for n, a in kw.items()}
+        with torch.no_grad():
+            t_out, t_w = tlayer(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), **tkw)
+        out, w = layer(q, k, v, **kw)
+        assert out.shape == tuple(t_out.shape) and out.dtype == np.float32, kw
+        np.testing.assert_allclose(out, t_out.numpy(), **tol, err_msg=str(kw))
+        if t_w is None:
+            assert w is None
+        else:
+            assert w is not None and w.shape == tuple(t_w.shape), kw
+            np.testing.assert_allclose(w, t_w.numpy(), **tol, err_msg=str(kw))
+
+
+@pytest.mark.parametrize("kw", MHA_CASES, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()) or "default")
+def test_multihead_attention_matches_torch(kw: dict[str, Any], tmp_path: Any) -> None:
+    e, heads, lq, lk = 8, 2, 3, 5
+    layer = nn.MultiheadAttention(e, heads, **kw, key=KEY)
+    tlayer = torch.nn.MultiheadAttention(e, heads, **kw).eval()
+    rng = _rng(3)
+    q = rng.standard_normal((lq, e)).astype(np.float32)
+    k = rng.standard_normal((lk, kw.get("kdim", e))).astype(np.float32)
+    v = rng.standard_normal((lk, kw.get("vdim", e))).astype(np.float32)
+    copy_to_torch(layer, tlayer)  # the key sets are equal, then spruce's parameters -> torch
+    _compare_mha(layer, tlayer, q, k, v)
+    _randomise(tlayer, seed=8)  # nonzero biases; then torch's state_dict -> spruce by name
+    _compare_mha(load_from_torch(tlayer, layer, tmp_path), tlayer, q, k, v)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_multihead_attention_vmap_matches_torch_batches(batch_first: bool, tmp_path: Any) -> None:
+    # Self-attention on a batch in eval mode without gradients: torch's fast path when batch_first.
+    tlayer = torch.nn.MultiheadAttention(8, 2, batch_first=batch_first).eval()
+    _randomise(tlayer, seed=9)
+    layer = load_from_torch(tlayer, nn.MultiheadAttention(8, 2, key=KEY), tmp_path)
+    x = _rng(4).standard_normal((3, 4, 8)).astype(np.float32)  # (N, L, E)
+    padding = np.zeros((3, 4), bool)  # (N, L)
+    padding[1, 2:] = True
+    axis = 0 if batch_first else 1
+    if not batch_first:
+        x = np.ascontiguousarray(x.swapaxes(0, 1))  # (L, N, E)
+    with torch.no_grad():
+        t_out, t_w = tlayer(*(torch.from_numpy(x),) * 3, key_padding_mask=torch.from_numpy(padding))
+    out, w = jax.vmap(lambda a, m: layer(a, a, a, key_padding_mask=m), in_axes=(axis, 0), out_axes=(axis, 0))(x, padding)
+    np.testing.assert_allclose(out, t_out.numpy(), **_tolerance(8))
+    np.testing.assert_allclose(w, t_w.numpy(), **_tolerance(8))
+
+
+def test_multihead_attention_initialisation_matches_torch_statistics() -> None:
+    # Same rules: xavier uniform input projections, zero biases, Linear's out_proj, xavier
+    # normal bias_k / bias_v; compared by bounds and standard deviations over a large layer.
+    torch.manual_seed(0)
+    e = 256
+    layer = nn.MultiheadAttention(e, 4, add_bias_kv=True, kdim=64, key=KEY)
+    tlayer = torch.nn.MultiheadAttention(e, 4, add_bias_kv=True, kdim=64)
+    ours = {n: np.asarray(v) for n, v in spruce.io.flatten_names(layer).items()}
+    theirs = _torch_params(tlayer)
+    assert sorted(ours) == sorted(theirs)
+    for name, t in theirs.items():
+        o = ours[name]
+        assert o.shape == t.shape and o.dtype == t.dtype, name
+        if not t.any():
+            np.testing.assert_array_equal(o, t, err_msg=name)  # zero biases
+            continue
+        np.testing.assert_allclose(o.std(), t.std(), rtol=0.2, err_msg=name)  # sampling noise of 256 values (bias_k) at worst
+        if name.endswith("weight"):
+            np.testing.assert_allclose(np.abs(o).max(), np.abs(t).max(), rtol=0.05, err_msg=name)
+
+
 def test_torch_is_not_imported_by_the_library() -> None:
     import subprocess
     import sys

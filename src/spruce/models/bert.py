@@ -42,6 +42,7 @@ import numpy as np
 from .. import nn, tree
 from .._module._surgery import tree_at
 from .._module import Module, field
+from ..nn._attention import attend
 
 __all__ = [
     "ACTIVATIONS",
@@ -49,6 +50,7 @@ __all__ = [
     "BertEmbeddings",
     "BertLayer",
     "BertModel",
+    "BertSelfAttention",
     "checkpoint_key",
 ]
 
@@ -214,6 +216,63 @@ class BertEmbeddings(Module):
         return _tokens(self.layer_norm, x)
 
 
+class BertSelfAttention(Module):
+    """BERT's multi-head self-attention with its output projection (Hugging Face's
+    ``attention.self`` and ``attention.output.dense``; the LayerNorm after it is BertLayer's).
+
+    ``out = output_proj(concat_h(softmax(q_h k_h^T / sqrt(head_size)) v_h))`` with
+    ``q = query_proj(x)``, ``k = key_proj(x)``, ``v = value_proj(x)`` split into heads, the
+    softmax in float32 (``spruce.nn.MultiheadAttention``'s computation).  BERT keeps its own
+    module rather than ``nn.MultiheadAttention``, whose input projections are PyTorch's single
+    ``in_proj_weight`` of shape ``(3 * hidden, hidden)``: Hugging Face checkpoints hold the
+    query, key and value projections as separate tensors, and four separate Linears load them
+    one to one by name (``checkpoint_key``), so that every tensor is checked and may be sharded
+    by its own rule (split by heads) when loaded, with no concatenation.
+
+    Args:
+      hidden_size: model size ``E`` (the input and output feature size).
+      num_heads: number of heads (ValueError unless it is >= 1 and divides ``hidden_size``).
+      key: PRNG key (keyword-only) for the four projections (initialised as nn.Linear documents).
+
+    Fields: ``query_proj``, ``key_proj``, ``value_proj``, ``output_proj``, each an
+    nn.Linear(E, E) with bias; static ``num_heads``.
+
+    Call: ``attn(x, mask=None)`` with ``x`` of shape ``(L, E)`` (one sequence) and ``mask`` a
+    boolean ``(L, L)`` array, True where query ``i`` may attend to key ``j`` (give every query
+    at least one key: a query with none gets output ``output_proj.bias``).  Returns ``(L, E)``.
+    Raises ValueError for a wrong input or mask shape.
+    """
+
+    query_proj: nn.Linear
+    key_proj: nn.Linear
+    value_proj: nn.Linear
+    output_proj: nn.Linear
+    num_heads: int = field(static=True)
+
+    def __init__(self, hidden_size: int, num_heads: int, *, key: jax.Array) -> None:
+        if num_heads < 1 or hidden_size % num_heads:
+            raise ValueError(f"BertSelfAttention: hidden_size ({hidden_size}) must be a multiple of num_heads ({num_heads}) >= 1")
+        kq, kk, kv, ko = jax.random.split(key, 4)
+        self.query_proj = nn.Linear(hidden_size, hidden_size, key=kq)
+        self.key_proj = nn.Linear(hidden_size, hidden_size, key=kk)
+        self.value_proj = nn.Linear(hidden_size, hidden_size, key=kv)
+        self.output_proj = nn.Linear(hidden_size, hidden_size, key=ko)
+        self.num_heads = num_heads
+
+    def __call__(self, x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+        hidden = self.query_proj.weight.shape[1]
+        if jnp.ndim(x) != 2 or jnp.shape(x)[1] != hidden:
+            raise ValueError(f"BertSelfAttention: x must have shape (L, {hidden}) (one sequence; use jax.vmap for a batch), got {jnp.shape(x)}")
+        length = x.shape[0]
+        if mask is not None and jnp.shape(mask) != (length, length):
+            raise ValueError(f"BertSelfAttention: mask must have shape {(length, length)}, got {jnp.shape(mask)}")
+        h = self.num_heads
+        q, k, v = (_tokens(p, x).reshape(length, h, -1) for p in (self.query_proj, self.key_proj, self.value_proj))
+        blocked = None if mask is None else ~jnp.asarray(mask, bool)[None]
+        out, _ = attend(q, k, v, blocked=blocked)
+        return _tokens(self.output_proj, out.reshape(length, -1))
+
+
 class BertLayer(Module):
     """One post-LayerNorm encoder layer: self-attention, then the feed-forward block.
 
@@ -224,7 +283,7 @@ class BertLayer(Module):
       config: a BertConfig.
       key: PRNG key (keyword-only) for the projections (initialised as nn.Linear documents).
 
-    Fields: ``attention`` (nn.MultiheadAttention with biases on all four projections),
+    Fields: ``attention`` (BertSelfAttention),
     ``attention_norm``, ``intermediate`` (Linear hidden -> intermediate), ``output`` (Linear
     intermediate -> hidden), ``output_norm``; ``activation`` (static, a name in ACTIVATIONS).
 
@@ -235,7 +294,7 @@ class BertLayer(Module):
     ``(L, hidden_size)``.
     """
 
-    attention: nn.MultiheadAttention
+    attention: BertSelfAttention
     attention_norm: nn.LayerNorm
     intermediate: nn.Linear
     output: nn.Linear
@@ -245,11 +304,7 @@ class BertLayer(Module):
     def __init__(self, config: BertConfig, *, key: jax.Array) -> None:
         ka, ki, ko = jax.random.split(key, 3)
         h = config.hidden_size
-        self.attention = nn.MultiheadAttention(
-            config.num_attention_heads, h,
-            use_query_bias=True, use_key_bias=True, use_value_bias=True, use_output_bias=True,
-            key=ka,
-        )
+        self.attention = BertSelfAttention(h, config.num_attention_heads, key=ka)
         self.attention_norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
         self.intermediate = nn.Linear(h, config.intermediate_size, key=ki)
         self.output = nn.Linear(config.intermediate_size, h, key=ko)
@@ -264,7 +319,7 @@ class BertLayer(Module):
             pair_mask = jnp.asarray(mask, bool)
         else:
             pair_mask = jnp.broadcast_to(jnp.asarray(mask, bool)[None, :], (length, length))
-        a = _tokens(self.attention_norm, x + self.attention(x, x, x, pair_mask))
+        a = _tokens(self.attention_norm, x + self.attention(x, pair_mask))
         act = ACTIVATIONS[self.activation]
         h = act(_tokens(self.intermediate, a))
         return _tokens(self.output_norm, a + _tokens(self.output, h))

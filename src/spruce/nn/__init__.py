@@ -14,10 +14,11 @@ Layers:
 - normalisation: LayerNorm, RMSNorm, GroupNorm, BatchNorm;
 - other: Dropout, PReLU, Shared (tied weights).
 
-Layers with a PyTorch counterpart take PyTorch's arguments (``use_bias`` for ``bias``) and use
-its parameter names, layouts, initialisation and semantics, so a PyTorch ``state_dict`` loads
-by name (``spruce.io.load(path, like=model)``); inputs are channels first, as PyTorch's without
-the batch axis.  Every such layer is tested against torch.nn.
+Layers with a PyTorch counterpart take PyTorch's arguments (``use_bias`` for ``bias`` where
+``bias`` names the bias array itself; MultiheadAttention, which has none of that name, takes
+``bias``) and use its parameter names, layouts, initialisation and semantics, so a PyTorch
+``state_dict`` loads by name (``spruce.io.load(path, like=model)``); inputs are channels first,
+as PyTorch's without the batch axis.  Every such layer is tested against torch.nn.
 
 Layer state that is not a parameter: ``State``, ``make_with_state`` and ``update_state`` carry
 BatchNorm's running statistics through a training step, and ``inference_mode(tree, value=True)``
