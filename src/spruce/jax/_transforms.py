@@ -161,26 +161,60 @@ def filter_checkpoint(
 # -- forward and reverse products ----------------------------------------------------------------
 
 
+def _symbolic_zero_flags(probe: Any, xs: list[Any]) -> tuple[list[Any], list[bool]]:
+    """``(xs, flags)``: ``xs`` unchanged, and ``flags[i]`` set (while the innermost JVP trace
+    processes this call) to whether ``xs[i]`` has a tangent that is not a symbolic zero in that
+    trace.
+
+    ``probe`` is an input of the innermost ``jax.jvp`` with a tangent, so that trace always
+    handles the call and calls the rule; with ``symbolic_zeros=True`` JAX gives the rule a
+    ``SymbolicZero`` for every input that does not depend on that trace's inputs, including a
+    value carrying only an outer trace's tangent (public API of ``jax.custom_jvp``).
+    """
+    flags = [False] * len(xs)
+
+    @jax.custom_jvp
+    def mark(_: Any, *values: Any) -> tuple[Any, ...]:
+        return values
+
+    def rule(primals: Any, tangents: Any) -> Any:
+        for i, t in enumerate(tangents[1:]):
+            flags[i] = not isinstance(t, jax.custom_derivatives.SymbolicZero)
+        return primals[1:], tangents[1:]
+
+    mark.defjvp(rule, symbolic_zeros=True)
+    return list(mark(probe, *xs)), flags
+
+
 def filter_jvp(fun: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], **kwargs: Any) -> tuple[Any, Any]:
     """``jax.jvp`` for a function of any pytrees: ``(fun(*primals, **kwargs), J @ tangents)``.
 
     Args:
       fun: called as ``fun(*primals, **kwargs)``; may return any pytree.
       primals: the positional arguments, a sequence of pytrees.
-      tangents: the same structure as ``primals`` with ``None`` for a zero tangent (and for
-        every leaf that is not a floating-point or complex array or a Python float); other
-        leaves are arrays of the primal's shape and dtype.
+      tangents: the same structure as ``primals``, with None for a zero tangent (and for every
+        leaf that is not a floating-point or complex array or a Python float / complex); the
+        other leaves are the tangents, arrays (or Python floats) of the primal's shape and dtype.
       kwargs: passed to ``fun``, not differentiated.
 
     Returns:
       ``(primals_out, tangents_out)``: ``tangents_out`` has the structure of ``primals_out``,
-      with an array for every floating-point array leaf of the output and None elsewhere.
+      with None at every leaf whose tangent is a symbolic zero: a leaf that is not an array, an
+      integer array, or an array that does not depend on an input with a tangent (a constant,
+      or a value closed over from an enclosing ``filter_jvp``); an array elsewhere.
 
     Raises:
       ValueError: ``primals`` and ``tangents`` differ in structure.
+      TypeError: a tangent does not fit its primal (dtype, or a tangent for a leaf that is not
+        differentiable), from ``jax.jvp``.
 
-    Follows ``equinox.filter_jvp``, except that an output that does not depend on the inputs
-    gets a zero tangent rather than None.
+    Follows ``equinox.filter_jvp``, except that an integer output that depends on the inputs
+    gets None (Equinox may give a float0 array).
+
+    >>> import jax.numpy as jnp
+    >>> out, t = filter_jvp(lambda x, n: (x * n, jnp.ones(2), n), (jnp.ones(2), 3), (jnp.ones(2), None))
+    >>> t[0].tolist(), t[1], t[2]
+    ([3.0, 3.0], None, None)
     """
     p_def = _tree.structure(tuple(primals), is_leaf=_is_none)
     t_def = _tree.structure(tuple(tangents), is_leaf=_is_none)
@@ -190,14 +224,31 @@ def filter_jvp(fun: Callable[..., Any], primals: Sequence[Any], tangents: Sequen
     diff, nondiff = partition(tuple(primals), spec, is_leaf=_is_none)
     flat, treedef = _tree.flatten(diff)
     flat_t = _tree.leaves(tuple(tangents))
+    if not flat:  # no tangent: nothing is differentiated
+        out = fun(*primals, **kwargs)
+        return out, _tree.map(lambda _: None, out)
+    flags: list[bool] = []
 
     def run(*xs: Any) -> Any:
         args = combine(treedef.unflatten(list(xs)), nondiff)
-        return _split_out(fun(*args, **kwargs))
+        out = fun(*args, **kwargs)
+        out_leaves, out_def = _tree.flatten(out)
+        at = [i for i, x in enumerate(out_leaves) if is_array(x)]
+        marked, seen = _symbolic_zero_flags(xs[0], [out_leaves[i] for i in at])
+        flags[:] = [False] * len(out_leaves)
+        for i, s in zip(at, seen):
+            flags[i] = s
+        arrays: list[Any] = [None] * len(out_leaves)
+        static = list(out_leaves)
+        for i, x in zip(at, marked):
+            arrays[i], static[i] = x, None
+        return arrays, _Static((out_def, static))
 
-    (out, out_static), (t_out, _) = jax.jvp(run, tuple(flat), tuple(flat_t))
-    t_out = _tree.map(lambda o, t: t if is_inexact_array(o) else None, out, t_out)
-    return combine(out, out_static.value), t_out
+    (arrays, out_static), (t_arrays, _) = jax.jvp(run, tuple(flat), tuple(flat_t))
+    out_def, static = out_static.value
+    out = out_def.unflatten([s if a is None else a for a, s in zip(arrays, static)])
+    t_out = out_def.unflatten([t if f and is_inexact_array(a) else None for a, t, f in zip(arrays, t_arrays, flags)])
+    return out, t_out
 
 
 def filter_vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
