@@ -178,3 +178,187 @@ def test_filter_vjp_of_a_module_gives_the_arrays_structure() -> None:
     assert gx is None
     for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(want)):
         assert a.shape == b.shape and a.dtype == b.dtype
+
+
+# -- filter_custom_jvp ---------------------------------------------------------------------------
+
+
+def test_filter_custom_jvp_without_keyword_arguments() -> None:
+    def run(m: Any) -> Any:
+        @m.filter_custom_jvp
+        def call(fn: Any, x: Any) -> Any:
+            return fn(x)
+
+        @call.def_jvp
+        def call_jvp(primals: Any, tangents: Any) -> Any:
+            (fn, x), (t_fn, tx) = primals, tangents
+            assert t_fn is None
+            return call(fn, x), tx**2
+
+        f = lambda a: a**2 + 1  # noqa: E731
+        plain = [call(f, 1), call(f, 1.0), call(f, jnp.array(1)), call(f, jnp.array(1.0))]
+        return plain, jax.jvp(lambda x: call(f, x), (2.0,), (3.0,))
+
+    ours, theirs = both(run)
+    same(ours, theirs)
+    np.testing.assert_allclose(np.asarray(ours[1]), [5.0, 9.0])
+
+
+def test_filter_custom_jvp_with_keyword_arguments() -> None:
+    def run(m: Any) -> Any:
+        @m.filter_custom_jvp
+        def call(x: Any, y: Any, *, fn: Any) -> Any:
+            return fn(x, y)
+
+        @call.def_jvp
+        def call_jvp(primals: Any, tangents: Any, *, fn: Any) -> Any:
+            (x, y), (tx, ty) = primals, tangents
+            return call(x, y, fn=fn), tx**2 + ty
+
+        f = lambda a, b: a**2 + b  # noqa: E731
+        plain = [call(1, 2, fn=f), call(1.0, 2.0, fn=f), call(jnp.array(1), 2, fn=f), call(jnp.array(1.0), 2, fn=f)]
+        return plain, jax.jvp(lambda x, y: call(x, y, fn=f), (2.0, 1.5), (3.0, 4.0))
+
+    ours, theirs = both(run)
+    same(ours, theirs)
+    np.testing.assert_allclose(np.asarray(ours[1]), [5.5, 13.0])
+
+
+def test_filter_custom_jvp_defjvp_is_deprecated_and_gives_zero_arrays() -> None:
+    def run(m: Any, warning: type[Warning]) -> Any:
+        @m.filter_custom_jvp
+        def f(x: Any, y: Any) -> Any:
+            return x * y
+
+        seen: list[Any] = []
+
+        def f_jvp(primals: Any, tangents: Any) -> Any:
+            (x, y), (tx, ty) = primals, tangents
+            seen.append(ty)
+            return x * y, 3.0 * tx * y + ty * x
+
+        with pytest.warns(warning, match="defjvp"):
+            f.defjvp(f_jvp)
+        out = jax.jvp(lambda x: f(x, jnp.array(2.0)), (jnp.array(1.0),), (jnp.array(1.0),))
+        return out, seen[0]
+
+    (out, ty), (want, want_ty) = run(sj, DeprecationWarning), run(eqx, UserWarning)
+    same(out, want)
+    np.testing.assert_allclose(np.asarray(out), [2.0, 6.0])
+    assert isinstance(ty, jax.Array) and float(ty) == 0.0  # not None: the older rule got zeros
+    assert isinstance(want_ty, jax.Array)
+
+
+# -- filter_custom_vjp ---------------------------------------------------------------------------
+
+
+def test_filter_custom_vjp_with_keyword_arguments_and_symbolic_zeros() -> None:
+    def run(m: Any) -> Any:
+        calls: list[Any] = []
+
+        @m.filter_custom_vjp
+        def f(xy: Any, *, foo: Any) -> Any:
+            x, y = xy
+            return x + y + foo, x, y, foo
+
+        @f.def_fwd
+        def f_fwd(perturbed: Any, xy: Any, *, foo: Any) -> Any:
+            calls.append(("fwd", perturbed))
+            return f(xy, foo=foo), None
+
+        @f.def_bwd
+        def f_bwd(res: Any, ct: Any, perturbed: Any, xy: Any, *, foo: Any) -> Any:
+            calls.append(("bwd", [c is None for c in ct], perturbed))
+            return ct[0] * 2.0, ct[2]
+
+        grad = jax.grad(lambda x, y: (lambda o: o[0] + o[2])(f((x, jnp.array(1.0)), foo=y)))(jnp.array(1.0), 2.0)
+        return grad, calls
+
+    (grad, calls), (want_grad, want_calls) = both(run)
+    same(grad, want_grad)
+    assert float(grad) == 2.0
+    assert calls == want_calls == [("fwd", (True, False)), ("bwd", [False, True, False, True], (True, False))]
+
+
+def test_filter_custom_vjp_without_keyword_arguments() -> None:
+    def run(m: Any) -> Any:
+        @m.filter_custom_vjp
+        def f(x: Any, scale: Any) -> Any:
+            return jnp.sin(x) * scale, "label"
+
+        @f.def_fwd
+        def f_fwd(perturbed: Any, x: Any, scale: Any) -> Any:
+            return f(x, scale), (jnp.cos(x), object())  # a residual that is not an array
+
+        @f.def_bwd
+        def f_bwd(res: Any, ct: Any, perturbed: Any, x: Any, scale: Any) -> Any:
+            assert ct[1] is None
+            return 2.0 * ct[0] * res[0] * scale
+
+        x = jnp.array([0.1, 0.7])
+        return f(x, 3), jax.grad(lambda x: jnp.sum(f(x, 3)[0]))(x)
+
+    ours, theirs = both(run)
+    same(ours, theirs)
+    np.testing.assert_allclose(np.asarray(ours[1]), 6.0 * np.cos([0.1, 0.7]), rtol=1e-6)
+
+
+def test_filter_custom_vjp_defvjp_is_deprecated() -> None:
+    def run(m: Any, warning: type[Warning]) -> Any:
+        @m.filter_custom_vjp
+        def f(x: Any) -> Any:
+            a, b = x
+            return a + 1, b + 2, b + 3, jnp.array(1)
+
+        seen: list[Any] = []
+
+        def f_fwd(x: Any) -> Any:
+            return f(x), "residual"
+
+        def f_bwd(res: Any, g: Any, x: Any) -> Any:
+            seen.append((res, g))
+            return g[0] + g[1], g[2] * 5.0
+
+        with pytest.warns(warning, match="defvjp"):
+            f.defvjp(f_fwd, f_bwd)
+        return jax.grad(lambda x: f(x)[0] + f(x)[2])((jnp.array(1.0), jnp.array(1.0))), seen
+
+    (grad, seen), (want, want_seen) = run(sj, DeprecationWarning), run(eqx, UserWarning)
+    same(grad, want)
+    np.testing.assert_allclose(np.asarray(grad), [1.0, 5.0])
+    res, g = seen[0]
+    assert res == "residual" and g[3] is None
+    # the older rule gets an array of zeros for a floating-point output with no cotangent
+    assert isinstance(g[1], jax.Array) and float(g[1]) == 0.0
+    same(g, want_seen[0][1])
+
+
+def _custom_vjp_sum(m: Any) -> Any:
+    @m.filter_custom_vjp
+    def f(x: Any, y: Any, *, z: Any = None) -> Any:
+        return x + y + (0.0 if z is None else z["w"])
+
+    @f.def_fwd
+    def f_fwd(perturbed: Any, x: Any, y: Any, *, z: Any = None) -> Any:
+        return f(x, y, z=z), None
+
+    @f.def_bwd
+    def f_bwd(res: Any, ct: Any, perturbed: Any, x: Any, y: Any, *, z: Any = None) -> Any:
+        return ct
+
+    return f
+
+
+def test_filter_custom_vjp_refuses_to_differentiate_its_other_arguments() -> None:
+    for m in (sj, eqx):
+        f = _custom_vjp_sum(m)
+        with pytest.raises(RuntimeError):
+            jax.grad(lambda x: f(x, x))(1.0)
+    f = _custom_vjp_sum(sj)
+    with pytest.raises(RuntimeError, match=r"filter_custom_vjp\(f\): a tangent reached the array at args\[1\]"):
+        jax.grad(lambda x: f(x, x))(jnp.array(1.0))
+    with pytest.raises(RuntimeError, match=r"at kwargs\['z'\]\['w'\]"):
+        jax.grad(lambda x: f(x, 1.0, z={"w": x, "s": "tag"}))(jnp.array(1.0))
+    # not differentiated through them: fine, and the gradient is the rule's
+    assert float(jax.grad(lambda x: f(x, jnp.array(2.0), z={"w": jnp.array(3.0)}))(jnp.array(1.0))) == 1.0
+    assert float(jax.grad(lambda x: f(x, jax.lax.stop_gradient(x)))(jnp.array(1.0))) == 1.0
