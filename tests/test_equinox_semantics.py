@@ -362,3 +362,99 @@ def test_filter_custom_vjp_refuses_to_differentiate_its_other_arguments() -> Non
     # not differentiated through them: fine, and the gradient is the rule's
     assert float(jax.grad(lambda x: f(x, jnp.array(2.0), z={"w": jnp.array(3.0)}))(jnp.array(1.0))) == 1.0
     assert float(jax.grad(lambda x: f(x, jax.lax.stop_gradient(x)))(jnp.array(1.0))) == 1.0
+
+
+# -- filter_vmap ---------------------------------------------------------------------------------
+
+
+VMAP_CASES: dict[str, Callable[[Any], Any]] = {
+    "callables per leaf and per argument": lambda m: m.filter_vmap(
+        lambda a, b, c, d: a + b[0]["a"] + c + d, in_axes=(axis0_if_inexact, [{"a": None}], 0, axis0_if_array)
+    )(jnp.array([1.0]), [{"a": jnp.array([2.0])}], jnp.array([3.0]), 4),
+    "one callable for every argument": lambda m: m.filter_vmap(lambda a, b: a + b, in_axes=axis0_if_inexact)(
+        jnp.array(3), jnp.array([3.0, 4.0])
+    ),
+    "in_axes by parameter name": lambda m: m.filter_vmap(lambda x, y: x + y, in_axes=dict(y=1))(
+        jnp.ones((3, 4)), jnp.arange(3.0)[None]
+    ),
+    "in_axes by name, others default": lambda m: m.filter_vmap(lambda x, s, y=1: x * s + y, in_axes=dict(s=None))(
+        jnp.ones((3, 4)), jnp.arange(4.0)
+    ),
+    "ensemble": lambda m: m.filter_vmap(lambda p, x: p["w"] @ x + p["b"], in_axes=(axis0_if_array, None))(
+        {"w": jnp.arange(24.0).reshape(2, 3, 4), "b": jnp.ones((2, 3)), "act": "relu"}, jnp.ones(4)
+    ),
+    "out_axes None, nothing mapped": lambda m: m.filter_vmap(lambda x: x, out_axes=None, axis_size=5)(1),
+    "out_axes None on an unmapped array": lambda m: m.filter_vmap(
+        lambda x: x, in_axes=None, out_axes=None, axis_size=5
+    )(jnp.array([3, 4])),
+    "out_axes 0 broadcasts a Python int": lambda m: m.filter_vmap(lambda x: x, out_axes=0, axis_size=5)(1),
+    "out_axes 0 broadcasts an unmapped array": lambda m: m.filter_vmap(
+        lambda x: x, in_axes=None, out_axes=0, axis_size=5
+    )(jnp.array([3, 4])),
+    "out_axes callable, nothing mapped": lambda m: m.filter_vmap(lambda x: x, out_axes=axis0_if_inexact, axis_size=5)(1),
+    "out_axes a prefix": lambda m: m.filter_vmap(lambda x: (x, {"a": 2 * x, "s": "tag"}), out_axes=(0, {"a": 1, "s": None}))(
+        jnp.ones((3, 2))
+    ),
+    "negative out_axes": lambda m: m.filter_vmap(lambda x: x, out_axes=-1)(jnp.arange(6.0).reshape(3, 2)),
+    "out_axes callable per leaf": lambda m: m.filter_vmap(
+        lambda x: (x, jnp.ones(()), "s"), out_axes=lambda v: 1 if spruce.is_array(v) and v.ndim else None
+    )(jnp.ones((3, 2, 4))),
+    "non-array outputs": lambda m: m.filter_vmap(lambda x: (x, "a", jnp.tanh))(jnp.ones(3)),
+    "axis_name": lambda m: m.filter_vmap(lambda x: jax.lax.psum(x + 1, axis_name="d"), axis_name="d")(jnp.zeros(2)),
+}
+
+
+@pytest.mark.parametrize("case", list(VMAP_CASES))
+def test_filter_vmap_matches_equinox(case: str) -> None:
+    ours, theirs = both(VMAP_CASES[case])
+    same(ours, theirs)
+
+
+def test_filter_vmap_values() -> None:
+    out = VMAP_CASES["out_axes 0 broadcasts a Python int"](sj)
+    assert out.tolist() == [1] * 5 and out.dtype == jnp.int32
+    assert VMAP_CASES["out_axes None, nothing mapped"](sj) == 1
+    np.testing.assert_allclose(VMAP_CASES["in_axes by parameter name"](sj), np.ones((3, 4)) + np.arange(3.0)[:, None])
+    a, d = VMAP_CASES["out_axes a prefix"](sj)
+    assert a.shape == (3, 2) and d["a"].shape == (2, 3) and d["s"] == "tag"
+    assert VMAP_CASES["one callable for every argument"](sj).tolist() == [6.0, 7.0]
+
+
+@pytest.mark.parametrize(
+    "make, exc",
+    [
+        (lambda m: m.filter_vmap(lambda x, y=1: x, in_axes=dict(y=0))(jnp.ones(3)), ValueError),  # y not passed
+        (lambda m: m.filter_vmap(lambda x: x, in_axes=dict(z=0))(jnp.ones(3)), ValueError),  # no such parameter
+        (lambda m: m.filter_vmap(lambda a, b: a + b, in_axes=axis0_if_inexact)(jnp.array(3.0), jnp.ones(2)), ValueError),
+        (lambda m: m.filter_vmap(lambda: jnp.ones(2))(), ValueError),  # nothing mapped, no axis_size
+        (lambda m: m.filter_vmap(lambda x: x, in_axes="a")(jnp.ones(2)), ValueError),
+        (lambda m: m.filter_vmap(lambda x: x, out_axes=None)(jnp.ones(2)), ValueError),  # mapped output, axis None
+    ],
+)
+def test_filter_vmap_errors_match_equinox(make: Callable[[Any], Any], exc: type[Exception]) -> None:
+    for m in (sj, eqx):
+        with pytest.raises(exc):
+            make(m)
+
+
+def test_filter_vmap_error_messages() -> None:
+    with pytest.raises(ValueError, match=r"in_axes names \['y'\], which are not positional parameters given"):
+        sj.filter_vmap(lambda x, y=1: x, in_axes=dict(y=0))(jnp.ones(3))
+    with pytest.raises(ValueError, match=r"in_axes\[1\]\['b'\] is a str; an axis specification holds ints"):
+        sj.filter_vmap(lambda x, d: x, in_axes=(0, {"b": "zero"}))(jnp.ones(3), {"b": jnp.ones(3)})
+    with pytest.raises(ValueError, match=r"the callable at in_axes\[0\] returned 'x' for the leaf at \['w'\]"):
+        sj.filter_vmap(lambda d: d, in_axes=(lambda _: "x",))({"w": jnp.ones(3)})
+    with pytest.raises(ValueError, match="out_axes is not a prefix"):
+        sj.filter_vmap(lambda x: x, out_axes=(0, 1))(jnp.ones(2))
+    with pytest.raises(ValueError, match="axis_size"):
+        sj.filter_vmap(lambda: jnp.ones(2))()
+    with pytest.raises(TypeError, match=r"positional arguments only, got keyword argument\(s\) \['x'\]"):
+        sj.filter_vmap(lambda x: x)(x=jnp.ones(2))
+
+
+def test_filter_vmap_never_maps_a_non_array_leaf() -> None:
+    # (deliberate: Equinox hands a Python number with an int axis to jax.vmap, which refuses it)
+    out = sj.filter_vmap(lambda x, y: x * y, in_axes=lambda _: 0)(jnp.ones(3), 2.0)
+    assert out.tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(ValueError):
+        eqx.filter_vmap(lambda x, y: x * y, in_axes=lambda _: 0)(jnp.ones(3), 2.0)
