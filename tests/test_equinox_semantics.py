@@ -458,3 +458,84 @@ def test_filter_vmap_never_maps_a_non_array_leaf() -> None:
     assert out.tolist() == [2.0, 2.0, 2.0]
     with pytest.raises(ValueError):
         eqx.filter_vmap(lambda x, y: x * y, in_axes=lambda _: 0)(jnp.ones(3), 2.0)
+
+
+# -- filter_jit ----------------------------------------------------------------------------------
+
+
+INT_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "identity": lambda x: x,
+    "plus one": lambda x: x + 1,
+    "as array": lambda x: jnp.asarray(x),
+    "times array": lambda x: x * jnp.ones(()),
+    "container": lambda x: ({"a": x}, [x, None]),
+    "shape": lambda x: jnp.zeros(x).shape,
+    "NumPy": lambda x: np.asarray(x),
+}
+
+
+def outcome(run: Callable[[], Any]) -> Any:
+    try:
+        return run()
+    except Exception as e:  # noqa: BLE001 - the kind of failure is what is compared
+        return ("raised", type(e))
+
+
+@pytest.mark.parametrize("value", [0, 1, -3, True, 2**40, np.int32(3)], ids=repr)
+@pytest.mark.parametrize("name", list(INT_FUNCTIONS))
+@pytest.mark.parametrize("donate", ["none", "all"])
+def test_filter_jit_of_a_python_int_matches_equinox(name: str, value: Any, donate: str) -> None:
+    fn = INT_FUNCTIONS[name]
+
+    def run(m: Any) -> Any:
+        # a new function each time: Equinox's compilation cache (keyed by the function) would
+        # otherwise hand True the output traced for 1, as 1 == True
+        single = outcome(lambda: m.filter_jit(lambda x: fn(x), donate=donate)(value))
+        mixed = outcome(lambda: m.filter_jit(lambda x, n: (2 * x + n, n), donate=donate)(jnp.array(3), value))
+        return single, mixed
+
+    ours, theirs = both(run)
+    same(ours, theirs)
+
+
+@pytest.mark.parametrize("donate", ["none", "all", "all-except-first"])
+def test_filter_jit_ahead_of_time_is_called_like_the_function(donate: str) -> None:
+    def f(x: Any, y: Any, **kwargs: Any) -> Any:
+        return 2 * x + y, kwargs
+
+    def run(m: Any, args: Any, kwargs: Any) -> Any:
+        lowered = m.filter_jit(f, donate=donate).lower(*args, **kwargs)
+        assert "func.func public @main" in lowered.as_text()
+        return lowered.compile()(*args, **kwargs)
+
+    for args, kwargs in [((jnp.array(3), 4), {}), ((jnp.array(3), 4), {"test": 123}), ((1, 2), {}),
+                         ((jnp.array([1.0, 2.0]), jnp.array(0.5)), {"w": jnp.ones(2), "s": "t"})]:
+        copy = lambda t: jax.tree_util.tree_map(lambda v: jnp.copy(v) if isinstance(v, jax.Array) else v, t)  # noqa: E731
+        same(run(sj, copy(args), copy(kwargs)), run(eqx, copy(args), copy(kwargs)))
+
+
+def test_filter_jit_ahead_of_time_checks_its_arguments() -> None:
+    f = sj.filter_jit(lambda x, n, *, tag: (x * n, tag))
+    compiled = f.lower(jnp.ones(3), 2, tag="a").compile()
+    out, tag = compiled(jnp.full(3, 2.0), 2, tag="a")
+    assert out.tolist() == [4.0, 4.0, 4.0] and tag == "a"
+    assert compiled.cost_analysis() is not None and len(compiled.input_shardings[0]) == 1  # JAX's, passed through
+    with pytest.raises(TypeError, match=r"compile\(\): argument args\[1\] is 3, but was 2 in the lower\(\) call"):
+        compiled(jnp.ones(3), 3, tag="a")
+    with pytest.raises(TypeError, match=r"keyword argument tag is 'b', but was 'a'"):
+        compiled(jnp.ones(3), 2, tag="b")
+    with pytest.raises(TypeError, match=r"argument args\[1\] is an array, but was 2"):
+        compiled(jnp.ones(3), jnp.array(2), tag="a")
+    with pytest.raises(TypeError, match="structure"):
+        compiled(jnp.ones(3), 2)
+    with pytest.raises(TypeError):  # another shape: JAX's own check
+        compiled(jnp.ones(4), 2, tag="a")
+
+    class Scale(spruce.Module):
+        w: jax.Array
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return self.w * x
+
+    m = Scale(jnp.array([2.0, 3.0]))
+    np.testing.assert_allclose(sj.filter_jit(m).lower(jnp.ones(2)).compile()(jnp.array([1.0, 2.0])), [2.0, 6.0])

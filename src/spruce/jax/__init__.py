@@ -15,6 +15,7 @@ This package only re-exports; each job lives in its own module:
 - ``_jit_errors``  JAX's errors rewritten with the user's key paths (``args[0]['w']``)
 - ``_jit``         ``filter_jit`` itself and its cache of wrappers
 - ``_grad``, ``_vmap``, ``_ravel``, ``_shard``   filter_grad, filter_vmap, ravel_pytree, filter_shard
+- ``_aot``         ``filter_jit(f).lower(...)``: the ahead-of-time Lowered / Compiled pair
 - ``_transforms``  the other filtered transforms: shapes, jaxprs, remat, jvp/vjp, Jacobians,
                    callbacks
 - ``_custom``      filter_custom_jvp, filter_custom_vjp
