@@ -539,3 +539,97 @@ def test_filter_jit_ahead_of_time_checks_its_arguments() -> None:
 
     m = Scale(jnp.array([2.0, 3.0]))
     np.testing.assert_allclose(sj.filter_jit(m).lower(jnp.ones(2)).compile()(jnp.array([1.0, 2.0])), [2.0, 6.0])
+
+
+# -- filter_closure_convert ----------------------------------------------------------------------
+
+
+def test_filter_closure_convert_hoists_closed_over_tracers() -> None:
+    def run(m: Any) -> Any:
+        seen: list[bool] = []
+
+        @jax.grad
+        def f(x: Any, y: Any) -> Any:
+            z = x * y
+            g = m.filter_closure_convert(lambda a: z * a, 3)
+            seen.append([id(c) for c in g.consts] == [id(z)])
+            return g(3)  # 3 x y, differentiated through the constant
+
+        return f(2.0, 5.0), seen
+
+    (grad, seen), (want, want_seen) = both(run)
+    same(grad, want)
+    assert float(grad) == 15.0 and seen == want_seen == [True]
+
+
+def test_filter_closure_convert_crosses_a_custom_jvp() -> None:
+    def run(m: Any) -> Any:
+        @m.filter_custom_jvp
+        def call(f: Any, x: Any) -> Any:
+            return f(x)
+
+        @call.def_jvp
+        def call_jvp(primals: Any, tangents: Any) -> Any:
+            (f, x), (tf, tx) = primals, tangents
+            out = call(f, x)
+            total = sum(jnp.sum(t) for t in jax.tree_util.tree_leaves((tf, tx)))
+            return out, jnp.full(out.shape, total, out.dtype)
+
+        @jax.grad
+        def grad(x: Any) -> Any:
+            x1, x2 = x
+            f = m.filter_closure_convert(lambda y: x1 * y + x2, 3.0)
+            return call(f, 3.0)
+
+        return grad((2.0, 4.0))
+
+    ours, theirs = both(run)
+    same(ours, theirs)
+    assert [float(g) for g in ours] == [1.0, 1.0]
+
+
+def test_filter_closure_convert_structures_and_errors() -> None:
+    w = jnp.arange(3.0)
+
+    def run(m: Any) -> Any:
+        g = m.filter_closure_convert(lambda a, s, *, k: {"o": w * a * k, "s": s}, jnp.ones(3), "tag", k=2.0)
+        return g(jnp.full(3, 2.0), "tag", k=2.0), g.in_struct, g.out_struct
+
+    ours, theirs = both(run)
+    same(ours, theirs)
+    g = sj.filter_closure_convert(lambda a, s, *, k: {"o": w * a * k, "s": s}, jnp.ones(3), "tag", k=2.0)
+    assert len(jax.tree_util.tree_leaves(g)) == 1 and jax.tree_util.tree_leaves(g)[0] is w  # the constant
+    assert spruce.tree.leaves_with_path(g)[0][0] == (spruce.tree.GetAttrKey("consts"), spruce.tree.SequenceKey(0))
+    np.testing.assert_allclose(sj.filter_jit(lambda g, a: g(a, "tag", k=2.0)["o"])(g, jnp.ones(3)), [0.0, 2.0, 4.0])
+    assert g.jaxpr is not None and "filter_closure_convert" in repr(g)
+    with pytest.raises(ValueError, match=r"args\[0\] is float32\[4\], but the function was converted for an array float32\[3\]"):
+        g(jnp.ones(4), "tag", k=2.0)
+    with pytest.raises(ValueError, match=r"args\[0\] is int32\[3\]"):
+        g(jnp.ones(3, jnp.int32), "tag", k=2.0)
+    with pytest.raises(ValueError, match=r"args\[1\] is 'x', but the function was converted for 'tag' there"):
+        g(jnp.ones(3), "x", k=2.0)
+    with pytest.raises(ValueError, match=r"kwargs\['k'\] is 3.0"):
+        g(jnp.ones(3), "tag", k=3.0)
+    with pytest.raises(ValueError, match="structure"):
+        g(jnp.ones(3), k=2.0)
+    for m in (sj, eqx):  # (Equinox raises ValueError for each of these too)
+        h = m.filter_closure_convert(lambda a: w * a, jnp.ones(3))
+        with pytest.raises(ValueError):
+            h(jnp.ones(4))
+
+
+TRACED: list[int] = []
+
+
+def _no_closure(a: Any, n: int) -> Any:
+    TRACED.append(1)
+    return a * n
+
+
+def test_filter_closure_convert_of_a_function_without_closure_is_not_traced() -> None:
+    TRACED.clear()
+    g = sj.filter_closure_convert(_no_closure, jnp.ones(2), 3)
+    assert TRACED == [] and g.consts == [] and g.jaxpr is None
+    assert g(jnp.full(2, 2.0), 3).tolist() == [6.0, 6.0]
+    assert g.out_struct == jax.ShapeDtypeStruct((2,), jnp.float32)
+    same(sj.filter_closure_convert(lambda a: a + 1, 1).out_struct, eqx.filter_closure_convert(lambda a: a + 1, 1).out_struct)

@@ -19,6 +19,7 @@ This package only re-exports; each job lives in its own module:
 - ``_transforms``  the other filtered transforms: shapes, jaxprs, remat, jvp/vjp, Jacobians,
                    callbacks
 - ``_custom``      filter_custom_jvp, filter_custom_vjp
+- ``_closure``     filter_closure_convert
 
 Importing it also connects spruce's pytree registry with ``jax.tree_util`` (normally already
 done by the import hook described in ``spruce/_jax_bridge.py``).
@@ -29,6 +30,7 @@ from __future__ import annotations
 from .. import _jax_bridge
 from ._grad import filter_grad as filter_grad
 from ._grad import filter_value_and_grad as filter_value_and_grad
+from ._closure import filter_closure_convert as filter_closure_convert
 from ._custom import filter_custom_jvp as filter_custom_jvp
 from ._custom import filter_custom_vjp as filter_custom_vjp
 from ._jit import filter_jit as filter_jit
@@ -49,6 +51,7 @@ _jax_bridge.connect()
 
 __all__ = [
     "filter_checkpoint",
+    "filter_closure_convert",
     "filter_custom_jvp",
     "filter_custom_vjp",
     "filter_eval_shape",

@@ -1,6 +1,6 @@
 """Filtered JAX transforms beyond jit/grad/vmap: shapes, jaxprs, remat, forward/reverse
 products, Jacobians and host callbacks, for functions of any pytree (custom derivatives are in
-``_custom``).
+``_custom``, closure conversion in ``_closure``).
 
 The common pattern: the arguments are split with ``spruce.partition`` into the array leaves
 (traced by JAX) and everything else (closed over, never seen by JAX); non-array parts of the
