@@ -324,7 +324,7 @@ def test_filter_jit_lower() -> None:
     f = sj.filter_jit(lambda x, n: x * n)
     lowered = f.lower(jnp.ones(3), 2)
     assert "mul" in lowered.as_text()
-    np.testing.assert_allclose(lowered.compile()(jnp.ones(3)), 2 * np.ones(3))
+    np.testing.assert_allclose(lowered.compile()(jnp.ones(3), 2), 2 * np.ones(3))
 
 
 def test_filter_grad_decorator_factory() -> None:
@@ -429,9 +429,9 @@ def test_filter_jit_lower_forms() -> None:
     lowered = jf.lower(jnp.ones(2), y=jnp.full(2, 3.0), name="a")
     assert traces == [1]  # traced once, not run
     assert "add" in lowered.as_text()
-    out = lowered.compile()(jnp.ones(2), jnp.full(2, 3.0))  # array leaves in, array leaves out
-    assert isinstance(out, list) and len(out) == 1
-    np.testing.assert_allclose(out[0], [4.0, 4.0])
+    out = lowered.compile()(jnp.ones(2), y=jnp.full(2, 3.0), name="a")  # called like the function
+    assert out["name"] == "a"
+    np.testing.assert_allclose(out["sum"], [4.0, 4.0])
     assert jf(jnp.ones(2), y=jnp.ones(2), name="b")["name"] == "b"  # lowering did not fill the cache wrongly
 
     class Lin(spruce.Module):
@@ -444,9 +444,9 @@ def test_filter_jit_lower_forms() -> None:
             return self.w + x
 
     m = Lin(jnp.array([2.0, 3.0]))
-    compiled = sj.filter_jit(m).lower(jnp.ones(2)).compile()  # the Module's arrays come first
-    np.testing.assert_allclose(compiled(jnp.array([5.0, 7.0]), jnp.ones(2)), [5.0, 7.0])
-    np.testing.assert_allclose(sj.filter_jit(m.apply).lower(jnp.ones(2)).compile()(m.w, jnp.ones(2)), [3.0, 4.0])
+    compiled = sj.filter_jit(m).lower(jnp.ones(2)).compile()  # the Module given at lower is used
+    np.testing.assert_allclose(compiled(jnp.array([5.0, 7.0])), [10.0, 21.0])
+    np.testing.assert_allclose(sj.filter_jit(m.apply).lower(jnp.ones(2)).compile()(jnp.ones(2)), [3.0, 4.0])
     donated = sj.filter_jit(lambda a, b: a * b, donate="all-except-first").lower(jnp.ones(2), jnp.ones(2))
     text = donated.as_text()  # the second argument is donated (aliased to the output), not the first
     assert "%arg0: tensor<2xf32>," in text and "%arg1: tensor<2xf32> {tf.aliasing_output = 0" in text

@@ -15,8 +15,11 @@ This package only re-exports; each job lives in its own module:
 - ``_jit_errors``  JAX's errors rewritten with the user's key paths (``args[0]['w']``)
 - ``_jit``         ``filter_jit`` itself and its cache of wrappers
 - ``_grad``, ``_vmap``, ``_ravel``, ``_shard``   filter_grad, filter_vmap, ravel_pytree, filter_shard
+- ``_aot``         ``filter_jit(f).lower(...)``: the ahead-of-time Lowered / Compiled pair
 - ``_transforms``  the other filtered transforms: shapes, jaxprs, remat, jvp/vjp, Jacobians,
-                   custom derivatives, callbacks
+                   callbacks
+- ``_custom``      filter_custom_jvp, filter_custom_vjp
+- ``_closure``     filter_closure_convert
 
 Importing it also connects spruce's pytree registry with ``jax.tree_util`` (normally already
 done by the import hook described in ``spruce/_jax_bridge.py``).
@@ -27,12 +30,13 @@ from __future__ import annotations
 from .. import _jax_bridge
 from ._grad import filter_grad as filter_grad
 from ._grad import filter_value_and_grad as filter_value_and_grad
+from ._closure import filter_closure_convert as filter_closure_convert
+from ._custom import filter_custom_jvp as filter_custom_jvp
+from ._custom import filter_custom_vjp as filter_custom_vjp
 from ._jit import filter_jit as filter_jit
 from ._ravel import ravel_pytree as ravel_pytree
 from ._shard import filter_shard as filter_shard
 from ._transforms import filter_checkpoint as filter_checkpoint
-from ._transforms import filter_custom_jvp as filter_custom_jvp
-from ._transforms import filter_custom_vjp as filter_custom_vjp
 from ._transforms import filter_eval_shape as filter_eval_shape
 from ._transforms import filter_hessian as filter_hessian
 from ._transforms import filter_jacfwd as filter_jacfwd
@@ -47,6 +51,7 @@ _jax_bridge.connect()
 
 __all__ = [
     "filter_checkpoint",
+    "filter_closure_convert",
     "filter_custom_jvp",
     "filter_custom_vjp",
     "filter_eval_shape",

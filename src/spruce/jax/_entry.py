@@ -5,7 +5,6 @@ direct path that skips the split when every argument is an array.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable
 
 import jax
@@ -13,6 +12,7 @@ import jax
 from .. import tree as _tree
 from .._place import leaf_shardings
 from .._tree._text import qualified_name
+from ._aot import Lowered, _quiet
 from ._jit_errors import _call_error, _in_shardings, _name
 from ._split import (
     _ARRAY_TYPES,
@@ -26,14 +26,13 @@ from ._split import (
     _Token,
     _unhashable_static,
     _walk,
+    _walk_call,
     _walk_dict,
 )
 
 _BARE = 0  # the output is one array: jax.jit's own result is returned as it is
 _ARRAYS = 1  # every output leaf is an array: unflatten the list jax.jit returns
 _MIXED = 2  # some output leaves are static: merge them back, then unflatten
-
-_DONATION_WARNING = "Some donated buffers were not usable"
 
 
 class _Restructure(Exception):
@@ -138,12 +137,15 @@ class _Entry:
         """Trace and run; ``(output, fast callable for the cache)``."""
         self.prepare(dyn)
         raw = self.jitted(*dyn)
-        fast = self.fast()
+        return self.rebuild(raw), self.fast()
+
+    def rebuild(self, raw: Any) -> Any:
+        """The user's output from what the ``jax.jit`` function returned (after a trace)."""
         if self.mode == _BARE:
-            return raw, fast
+            return raw
         if self.mode == _ARRAYS:
-            return self.out_def.unflatten(raw), fast
-        return self.out_def.unflatten(_merge(raw, self.out_static)), fast
+            return self.out_def.unflatten(raw)
+        return self.out_def.unflatten(_merge(raw, self.out_static))
 
     def fast(self) -> Callable[..., Any]:
         """The cache's callable: called with the array leaves as positional arguments."""
@@ -256,8 +258,8 @@ def _compile(
     """The compiled state of ``inner`` under the given options: ``(call, lower)``.
 
     ``call(*args, **kwargs)`` runs ``inner`` compiled (a cache of entries keyed by the structure
-    and static leaves of the arguments); ``lower(*args, **kwargs)`` returns jax.jit's Lowered of
-    a fresh entry.  ``kept`` is 1 when ``args[0]`` is a leading argument that is not the user's
+    and static leaves of the arguments); ``lower(*args, **kwargs)`` returns a ``Lowered`` (of
+    ``_aot``) of a fresh entry, whose compiled form takes ``args[kept:]`` and ``kwargs``.  ``kept`` is 1 when ``args[0]`` is a leading argument that is not the user's
     (a Module as the function, or the instance of a bound method); ``allow_direct`` enables the
     direct mode (arguments all arrays or None passed to a ``jax.jit`` of ``inner`` itself).
     """
@@ -353,20 +355,15 @@ def _compile(
         plain = call
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=_DONATION_WARNING)
+            with _quiet(True):
                 return plain(*args, **kwargs)
 
-    def lower(*args: Any, **kwargs: Any) -> Any:
-        dyn = _split(_tree.leaves((args, kwargs)))[0]
+    def lower(*args: Any, **kwargs: Any) -> Lowered:
+        key, dyn = _walk_call(args, kwargs)
         entry = _new_entry(inner, args, kwargs, dyn, jit_kwargs, donate, kept)
-        entry.prepare(dyn)
-        return entry.jitted.lower(*dyn)
+        with _quiet(donate != "none"):
+            entry.prepare(dyn)
+            lowered = entry.jitted.lower(*dyn)
+        return Lowered(lowered, entry, key, args[:kept], donate != "none")
 
     return call, lower
-
-
-# The compiled states shared by filter_jit wrappers of the same function and options, most
-# recently used last.  Key: (kind, id of the function, id of a bound method's instance or 0,
-# donate, jit options); value: (the function, the instance's weak reference or None, (call,
-# lower)).  A hit also checks identity, since an id can be reused once its object is gone.

@@ -20,6 +20,10 @@ from .. import tree as _tree
 from ._entry import _compile
 from ._split import _call_first
 
+# The compiled states shared by filter_jit wrappers of the same function and options, most
+# recently used last.  Key: (kind, id of the function, id of a bound method's instance or 0,
+# donate, jit options); value: (the function, the instance's weak reference or None, (call,
+# lower)).  A hit also checks identity, since an id can be reused once its object is gone.
 _SHARED_MAX = 256
 _SHARED: collections.OrderedDict[tuple[Any, ...], tuple[Any, Any, tuple[Callable[..., Any], Callable[..., Any]]]] = (
     collections.OrderedDict()
@@ -138,13 +142,14 @@ def filter_jit(
       combination of them compiles anew.  Outputs: array leaves come back as JAX arrays, other
       leaves as the Python objects the trace produced.
 
-      Its ``lower(*args, **kwargs)`` traces for those arguments without running and returns
-      ``jax.jit``'s ``jax.stages.Lowered`` (``.as_text()``, ``.compile()``, ``.cost_analysis()``)
-      of the function of the array leaves, as Equinox's ``filter_jit(f).lower``.  Its compiled
-      form is called with those array leaves as positional arguments, in ``spruce.tree.flatten``
-      order of ``(args, kwargs)`` (preceded by those of ``fun``'s own Module, as above), and
-      returns the output's array leaves: the array itself for an output that is one array,
-      otherwise their list.  Static arguments are fixed by the ``lower`` call.
+      Its ``lower(*args, **kwargs)`` traces for those arguments without running (ahead-of-time
+      compilation, as Equinox's ``filter_jit(f).lower``) and returns a ``Lowered``
+      (``.as_text()``, ``.cost_analysis()``, ``.lowered``: JAX's ``jax.stages.Lowered`` of the
+      function of the array leaves); its ``.compile()`` returns a ``Compiled``, called like the
+      function with arguments of the same structure and static leaves as the ``lower`` call
+      (arrays of the same shapes and dtypes), which returns what the function returns; other
+      arguments are a TypeError naming the first difference.  (``fun``'s own Module, as above,
+      is the one given at ``lower``.)
 
     Raises:
       TypeError: ``fun`` is not callable; a static leaf of the arguments is not hashable; one
@@ -186,8 +191,9 @@ def filter_jit(
     >>> f = filter_jit(lambda x, n: x * n)
     >>> f(jnp.ones(2), 3).tolist()
     [3.0, 3.0]
-    >>> f.lower(jnp.ones(2), 3).compile()(jnp.ones(2)).tolist()
-    [3.0, 3.0]
+    >>> compiled = f.lower(jnp.ones(2), 3).compile()
+    >>> compiled(jnp.full(2, 2.0), 3).tolist()
+    [6.0, 6.0]
     >>> one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     >>> g = filter_jit(lambda p, n: p['w'] * n, in_shardings=({'w': one}, None), out_shardings=one)
     >>> y = g({'w': jnp.ones(2)}, 3)

@@ -251,6 +251,18 @@ for _t in _STATIC_TYPES:
     _WALKERS[_t] = _walk_static
 
 
+def _walk_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """``(key, dyn)`` of a call's arguments (the walk ``filter_jit``'s call inlines)."""
+    key: list[Any] = []
+    dyn: list[Any] = []
+    for a in args:
+        _walk(a, key, dyn)
+    if kwargs:
+        key.append(_KWARGS)
+        _walk_dict(kwargs, key, dyn)
+    return key, dyn
+
+
 def _unhashable_static(key: tuple[Any, ...], what: str) -> TypeError:
     bad = []
     for s in key:

@@ -1,5 +1,6 @@
 """Filtered JAX transforms beyond jit/grad/vmap: shapes, jaxprs, remat, forward/reverse
-products, Jacobians, custom derivatives and host callbacks, for functions of any pytree.
+products, Jacobians and host callbacks, for functions of any pytree (custom derivatives are in
+``_custom``, closure conversion in ``_closure``).
 
 The common pattern: the arguments are split with ``spruce.partition`` into the array leaves
 (traced by JAX) and everything else (closed over, never seen by JAX); non-array parts of the
@@ -14,7 +15,6 @@ import functools
 from typing import Any, Callable, Sequence
 
 import jax
-import jax.numpy as jnp
 
 from .. import tree as _tree
 from .._arrays import is_array, is_inexact_array
@@ -22,8 +22,6 @@ from .._module._filters import combine, partition
 
 __all__ = [
     "filter_checkpoint",
-    "filter_custom_jvp",
-    "filter_custom_vjp",
     "filter_eval_shape",
     "filter_hessian",
     "filter_jacfwd",
@@ -161,26 +159,60 @@ def filter_checkpoint(
 # -- forward and reverse products ----------------------------------------------------------------
 
 
+def _symbolic_zero_flags(probe: Any, xs: list[Any]) -> tuple[list[Any], list[bool]]:
+    """``(xs, flags)``: ``xs`` unchanged, and ``flags[i]`` set (while the innermost JVP trace
+    processes this call) to whether ``xs[i]`` has a tangent that is not a symbolic zero in that
+    trace.
+
+    ``probe`` is an input of the innermost ``jax.jvp`` with a tangent, so that trace always
+    handles the call and calls the rule; with ``symbolic_zeros=True`` JAX gives the rule a
+    ``SymbolicZero`` for every input that does not depend on that trace's inputs, including a
+    value carrying only an outer trace's tangent (public API of ``jax.custom_jvp``).
+    """
+    flags = [False] * len(xs)
+
+    @jax.custom_jvp
+    def mark(_: Any, *values: Any) -> tuple[Any, ...]:
+        return values
+
+    def rule(primals: Any, tangents: Any) -> Any:
+        for i, t in enumerate(tangents[1:]):
+            flags[i] = not isinstance(t, jax.custom_derivatives.SymbolicZero)
+        return primals[1:], tangents[1:]
+
+    mark.defjvp(rule, symbolic_zeros=True)
+    return list(mark(probe, *xs)), flags
+
+
 def filter_jvp(fun: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], **kwargs: Any) -> tuple[Any, Any]:
     """``jax.jvp`` for a function of any pytrees: ``(fun(*primals, **kwargs), J @ tangents)``.
 
     Args:
       fun: called as ``fun(*primals, **kwargs)``; may return any pytree.
       primals: the positional arguments, a sequence of pytrees.
-      tangents: the same structure as ``primals`` with ``None`` for a zero tangent (and for
-        every leaf that is not a floating-point or complex array or a Python float); other
-        leaves are arrays of the primal's shape and dtype.
+      tangents: the same structure as ``primals``, with None for a zero tangent (and for every
+        leaf that is not a floating-point or complex array or a Python float / complex); the
+        other leaves are the tangents, arrays (or Python floats) of the primal's shape and dtype.
       kwargs: passed to ``fun``, not differentiated.
 
     Returns:
       ``(primals_out, tangents_out)``: ``tangents_out`` has the structure of ``primals_out``,
-      with an array for every floating-point array leaf of the output and None elsewhere.
+      with None at every leaf whose tangent is a symbolic zero: a leaf that is not an array, an
+      integer array, or an array that does not depend on an input with a tangent (a constant,
+      or a value closed over from an enclosing ``filter_jvp``); an array elsewhere.
 
     Raises:
       ValueError: ``primals`` and ``tangents`` differ in structure.
+      TypeError: a tangent does not fit its primal (dtype, or a tangent for a leaf that is not
+        differentiable), from ``jax.jvp``.
 
-    Follows ``equinox.filter_jvp``, except that an output that does not depend on the inputs
-    gets a zero tangent rather than None.
+    Follows ``equinox.filter_jvp``, except that an integer output that depends on the inputs
+    gets None (Equinox may give a float0 array).
+
+    >>> import jax.numpy as jnp
+    >>> out, t = filter_jvp(lambda x, n: (x * n, jnp.ones(2), n), (jnp.ones(2), 3), (jnp.ones(2), None))
+    >>> t[0].tolist(), t[1], t[2]
+    ([3.0, 3.0], None, None)
     """
     p_def = _tree.structure(tuple(primals), is_leaf=_is_none)
     t_def = _tree.structure(tuple(tangents), is_leaf=_is_none)
@@ -190,14 +222,31 @@ def filter_jvp(fun: Callable[..., Any], primals: Sequence[Any], tangents: Sequen
     diff, nondiff = partition(tuple(primals), spec, is_leaf=_is_none)
     flat, treedef = _tree.flatten(diff)
     flat_t = _tree.leaves(tuple(tangents))
+    if not flat:  # no tangent: nothing is differentiated
+        out = fun(*primals, **kwargs)
+        return out, _tree.map(lambda _: None, out)
+    flags: list[bool] = []
 
     def run(*xs: Any) -> Any:
         args = combine(treedef.unflatten(list(xs)), nondiff)
-        return _split_out(fun(*args, **kwargs))
+        out = fun(*args, **kwargs)
+        out_leaves, out_def = _tree.flatten(out)
+        at = [i for i, x in enumerate(out_leaves) if is_array(x)]
+        marked, seen = _symbolic_zero_flags(xs[0], [out_leaves[i] for i in at])
+        flags[:] = [False] * len(out_leaves)
+        for i, s in zip(at, seen):
+            flags[i] = s
+        arrays: list[Any] = [None] * len(out_leaves)
+        static = list(out_leaves)
+        for i, x in zip(at, marked):
+            arrays[i], static[i] = x, None
+        return arrays, _Static((out_def, static))
 
-    (out, out_static), (t_out, _) = jax.jvp(run, tuple(flat), tuple(flat_t))
-    t_out = _tree.map(lambda o, t: t if is_inexact_array(o) else None, out, t_out)
-    return combine(out, out_static.value), t_out
+    (arrays, out_static), (t_arrays, _) = jax.jvp(run, tuple(flat), tuple(flat_t))
+    out_def, static = out_static.value
+    out = out_def.unflatten([s if a is None else a for a, s in zip(arrays, static)])
+    t_out = out_def.unflatten([t if f and is_inexact_array(a) else None for a, t, f in zip(arrays, t_arrays, flags)])
+    return out, t_out
 
 
 def filter_vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
@@ -267,186 +316,6 @@ def filter_hessian(fun: Callable[..., Any], has_aux: bool = False) -> Callable[.
     argument: ``filter_jacfwd(filter_jacrev(fun))`` (as ``jax.hessian``); with
     ``has_aux=True``, ``(hessian, aux)``.  Follows ``equinox.filter_hessian``."""
     return filter_jacfwd(filter_jacrev(fun, has_aux=has_aux), has_aux=has_aux)
-
-
-# -- custom derivatives --------------------------------------------------------------------------
-
-
-def _zero_to_none(t: Any) -> Any:
-    return None if isinstance(t, jax.custom_derivatives.SymbolicZero) else t
-
-
-def _none_to_zero(t: Any, x: Any) -> Any:
-    if t is not None or x is None:
-        return t
-    return jax.custom_derivatives.SymbolicZero(jax.typeof(x).to_tangent_aval())
-
-
-def _tangent_or_none(t: Any, x: Any) -> Any:
-    if isinstance(t, jax.custom_derivatives.SymbolicZero) or not jnp.issubdtype(jnp.result_type(x), jnp.inexact):
-        return None
-    return t
-
-
-class filter_custom_jvp:
-    """``jax.custom_jvp`` for a function of any pytrees, without ``nondiff_argnums``.
-
-    Decorate the function, then its rule with ``.def_jvp``::
-
-        @filter_custom_jvp
-        def f(x, y, *, fn): ...
-
-        @f.def_jvp
-        def f_jvp(primals, tangents, *, fn):
-            x, y = primals
-            tx, ty = tangents   # None: a zero tangent (not differentiated, or not a float array)
-            return f(x, y, fn=fn), out_tangent
-
-    The array leaves of the positional arguments are the primals; every other leaf (and every
-    keyword argument) is passed through undifferentiated.  A tangent is None for each
-    non-array leaf and each array whose tangent is zero.  The rule returns
-    ``(out, tangent_out)``, ``tangent_out`` with None for zero tangents; the output must be
-    JAX arrays.  Follows ``equinox.filter_custom_jvp``.
-    """
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-
-        def wrapped(static: Any, dynamic: Any) -> Any:
-            args, kwargs = combine(dynamic, static.value)
-            return fn(*args, **kwargs)
-
-        self._custom = jax.custom_jvp(wrapped, nondiff_argnums=(0,))
-        functools.update_wrapper(self, fn, updated=())
-
-    def def_jvp(self, fn_jvp: Callable[..., Any]) -> Callable[..., Any]:
-        """Set the rule ``fn_jvp(primals, tangents, **kwargs) -> (out, tangent_out)``."""
-
-        def rule(static: Any, primals: Any, tangents: Any) -> Any:
-            (dynamic,) = primals
-            (t_dynamic,) = tangents
-            t_args, t_kwargs = _tree.map(_tangent_or_none, t_dynamic, dynamic)
-            if _tree.leaves(t_kwargs):
-                raise ValueError("filter_custom_jvp: keyword arguments are never differentiated")
-            args, kwargs = combine(dynamic, static.value)
-            out, t_out = fn_jvp(args, t_args, **kwargs)
-            t_out = _tree.map(_none_to_zero, t_out, out, is_leaf=_is_none)
-            return out, t_out
-
-        self._custom.defjvp(rule, symbolic_zeros=True)
-        return fn_jvp
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        dynamic, static = partition((args, kwargs), is_array)
-        return self._custom(_Static(static), dynamic)
-
-
-class filter_custom_vjp:
-    """``jax.custom_vjp`` for a function of any pytrees, differentiated with respect to its
-    first argument only.
-
-    ::
-
-        @filter_custom_vjp
-        def f(vjp_arg, *args, **kwargs): ...          # any pytrees in and out
-
-        @f.def_fwd
-        def f_fwd(perturbed, vjp_arg, *args, **kwargs):
-            return out, residuals                      # residuals: any pytree
-
-        @f.def_bwd
-        def f_bwd(residuals, grad_out, perturbed, vjp_arg, *args, **kwargs):
-            return grad_vjp_arg                        # like vjp_arg; None for zero
-
-    ``perturbed`` has the structure of ``vjp_arg``: True at each floating-point array leaf
-    being differentiated, False elsewhere.  ``grad_out`` has None at output leaves that are not
-    differentiated.  Array leaves of ``args``/``kwargs`` are not differentiated (their
-    gradient is zero).  Follows ``equinox.filter_custom_vjp``.
-
-    Raises:
-      RuntimeError: called before both ``def_fwd`` and ``def_bwd``; a backward rule returning
-        a gradient whose structure is not that of ``vjp_arg``'s floating-point arrays.
-    """
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-        self.fn_fwd: Callable[..., Any] | None = None
-        self.fn_bwd: Callable[..., Any] | None = None
-        self._custom: Any = None
-        functools.update_wrapper(self, fn, updated=())
-
-    def def_fwd(self, fn_fwd: Callable[..., Any]) -> Callable[..., Any]:
-        """Set the forward rule ``fn_fwd(perturbed, vjp_arg, *args, **kwargs) -> (out, residuals)``."""
-        self.fn_fwd = fn_fwd
-        self._define()
-        return fn_fwd
-
-    def def_bwd(self, fn_bwd: Callable[..., Any]) -> Callable[..., Any]:
-        """Set the backward rule ``fn_bwd(residuals, grad_out, perturbed, vjp_arg, *args, **kwargs)``."""
-        self.fn_bwd = fn_bwd
-        self._define()
-        return fn_bwd
-
-    def _define(self) -> None:
-        if self.fn_fwd is None or self.fn_bwd is None:
-            return
-        fn, fn_fwd, fn_bwd = self.fn, self.fn_fwd, self.fn_bwd
-
-        def split_out(out: Any) -> Any:
-            arrays, other = partition(out, is_array)
-            diff, nondiff = partition(arrays, is_inexact_array)
-            return diff, nondiff, _Static(other)
-
-        def primal(static: Any, diff: Any, nondiff: Any, arrays: Any) -> Any:
-            s_vjp, s_args = static.value
-            args, kwargs = combine(s_args, arrays)
-            return split_out(fn(combine(s_vjp, diff, nondiff), *args, **kwargs))
-
-        def fwd(static: Any, diff: Any, nondiff: Any, arrays: Any) -> Any:
-            s_vjp, s_args = static.value
-            perturbed_diff = _tree.map(lambda p: p.perturbed, diff)
-            diff = _tree.map(lambda p: p.value, diff)
-            nondiff = _tree.map(lambda p: p.value, nondiff)
-            arrays = _tree.map(lambda p: p.value, arrays)
-            perturbed = combine(
-                _tree.map(lambda _: False, s_vjp), _tree.map(lambda _: False, nondiff), perturbed_diff
-            )
-            args, kwargs = combine(s_args, arrays)
-            vjp_arg = combine(s_vjp, diff, nondiff)
-            out, residuals = fn_fwd(perturbed, vjp_arg, *args, **kwargs)
-            res_arrays, res_other = partition(residuals, is_array)
-            return split_out(out), (res_arrays, _Static(res_other), diff, nondiff, arrays, _Static(perturbed))
-
-        def bwd(static: Any, res: Any, grad_out: Any) -> Any:
-            s_vjp, s_args = static.value
-            res_arrays, res_other, diff, nondiff, arrays, perturbed = res
-            residuals = combine(res_arrays, res_other.value)
-            args, kwargs = combine(s_args, arrays)
-            g = _tree.map(_zero_to_none, grad_out[0])
-            grad = fn_bwd(residuals, g, perturbed.value, combine(s_vjp, diff, nondiff), *args, **kwargs)
-            if _tree.structure(grad, is_leaf=_is_none) != _tree.structure(diff, is_leaf=_is_none):
-                raise RuntimeError(
-                    "filter_custom_vjp: the backward rule must return a gradient with the structure "
-                    "of the first argument's floating-point arrays (spruce.filter(vjp_arg, "
-                    "spruce.is_inexact_array)), with None for zero gradients"
-                )
-            grad = _tree.map(_none_to_zero, grad, diff, is_leaf=_is_none)
-            return grad, None, None
-
-        custom = jax.custom_vjp(primal, nondiff_argnums=(0,))
-        custom.defvjp(fwd, bwd, symbolic_zeros=True)
-        self._custom = custom
-
-    def __call__(self, vjp_arg: Any, /, *args: Any, **kwargs: Any) -> Any:
-        if self._custom is None:
-            raise RuntimeError(f"filter_custom_vjp: def_fwd and def_bwd must both be called before {getattr(self.fn, '__name__', 'the function')} is")
-        arrays, s_vjp = partition(vjp_arg, is_array)
-        diff, nondiff = partition(arrays, is_inexact_array)
-        a_arrays, s_args = partition((args, kwargs), is_array)
-        a_arrays = jax.lax.stop_gradient(a_arrays)
-        nondiff = jax.lax.stop_gradient(nondiff)
-        out_diff, out_nondiff, out_other = self._custom(_Static((s_vjp, s_args)), diff, nondiff, a_arrays)
-        return combine(out_diff, out_nondiff, out_other.value)
 
 
 # -- host callbacks ------------------------------------------------------------------------------
