@@ -20,7 +20,7 @@ The package is built in layers, each importing only from those below it: the eng
 source runs as plain Python (``SPRUCE_PURE=1`` at build time, or running from the source tree).
 """
 
-from typing import Any
+from typing import Any as _Any
 
 from . import _jax_bridge
 from . import tree as tree
@@ -51,7 +51,7 @@ __version__ = "0.1.0"
 _SUBPACKAGES = frozenset(["cli", "io", "jax", "models", "nn", "sharding", "view"])
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     """``spruce.io``, ``spruce.nn``, ... imported on first access (PEP 562)."""
     if name in _SUBPACKAGES:
         import importlib
