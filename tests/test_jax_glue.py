@@ -258,6 +258,31 @@ def test_filter_jit_donation_with_a_module_as_the_function() -> None:
         assert [m.s.is_deleted(), a.is_deleted(), b.is_deleted()] == deleted
 
 
+def test_reusing_a_donated_argument_prints_only_spruces_error() -> None:
+    """The donated array is refused before dispatch: XLA's own 'Buffer has been deleted or
+    donated' line (logged to stderr by the runtime) never appears, only spruce's error."""
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import jax.numpy as jnp
+        import spruce.jax as sj
+        step = sj.filter_jit(lambda p, g: p - g, donate="all")
+        p, g = jnp.ones(3), jnp.ones(3)
+        step(p, g)
+        try:
+            step(p, jnp.ones(3))
+        except RuntimeError as e:
+            print(e)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "argument args[0] (a float32[3] array) has been deleted" in proc.stdout
+    assert "deleted or donated" not in proc.stderr and "Execute()" not in proc.stderr, proc.stderr
+
+
 def test_reusing_a_donated_argument_names_it() -> None:
     step = sjax.filter_jit(_step, donate="all-except-first")
     params, grads = _fresh()

@@ -274,6 +274,7 @@ def _compile(
     # donation, nor with a leading Module argument.
     direct: Any = _direct_jit(inner) if (allow_direct and not jit_kwargs and donate == "none") else None
     direct_types = _DIRECT_TYPES
+    donating = donate != "none"
 
     # (key list, cache callable) of the last call: a repeated structure skips hashing the key.
     # One tuple, replaced whole, so concurrent calls never pair a key with another's callable.
@@ -324,6 +325,13 @@ def _compile(
             if kwargs:
                 key.append(_KWARGS)
                 _walk_dict(kwargs, key, dyn)
+            if donating:
+                # An array donated to an earlier call is refused here, before dispatch: XLA would
+                # refuse it too, but first log its own error line to stderr.  (Only functions
+                # that donate pay for the check: reusing their inputs is where the mistake is.)
+                for x in dyn:
+                    if isinstance(x, jax.Array) and x.is_deleted():
+                        raise RuntimeError("an array argument has been deleted")  # named below
             last_key, fast = last[0]
             try:
                 same = key == last_key
