@@ -20,8 +20,10 @@ import os
 import shutil
 import sys
 import tempfile
+from typing import Any
 
 import hypothesis
+import pytest
 
 # ``import helpers`` from every test module, however pytest was started.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -58,3 +60,15 @@ def pytest_configure(config):  # type: ignore[no-untyped-def]
     config.addinivalue_line(
         "markers", "subprocess: runs a snippet in a fresh interpreter (crash-proof; slower)"
     )
+
+
+# -- the spruce.io tests' fixtures: each checkpoint format, and a path of that format ------------
+
+@pytest.fixture(params=["safetensors", "npz"])
+def fmt(request: Any) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def path(tmp_path: Any, fmt: str) -> str:
+    return str(tmp_path / f"ckpt.{fmt}")
