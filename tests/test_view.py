@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import run_python
 
 import spruce
 import spruce.io as sio
 import spruce.tree as st
 import spruce.view as view
+from helpers import run_python
 
 MINILM_PARAMS = 22_713_728
 MINILM_BYTES = 90_856_960

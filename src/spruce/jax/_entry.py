@@ -353,7 +353,7 @@ def _compile(
         except (ValueError, RuntimeError) as err:  # (free unless raised)
             try:
                 better = _call_error(err, args, kwargs, kept)
-            except Exception:  # noqa: BLE001 - explaining failed: the original error stands
+            except Exception:  # explaining failed: the original error stands
                 better = None
             if better is None:
                 raise
