@@ -306,7 +306,8 @@ def test_errors_are_one_line(tmp_path: Any, capsys: Any) -> None:
     code, _, err = run(capsys, "inspect", str(tmp_path))
     assert code == 2
     assert_one_error_line(err, f"{tmp_path}: Is a directory but not a sharded checkpoint (no index.json)")
-    for argv in (("diff", good, str(tmp_path)), ("diff", str(tmp_path), good, "--values"), ("treemap", str(tmp_path), "-o", str(tmp_path / "t.svg"))):
+    for argv in (("diff", good, str(tmp_path)), ("diff", str(tmp_path), good, "--values"),
+                 ("treemap", str(tmp_path), "-o", str(tmp_path / "t.svg"))):
         code, out, err = run(capsys, *argv)
         assert code == 2 and out == ""
         assert_one_error_line(err, f"{tmp_path}: Is a directory but not a sharded checkpoint (no index.json)")

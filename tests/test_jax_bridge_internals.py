@@ -27,10 +27,10 @@ import pytest
 from jax._src import tree_util as jsrc
 
 import spruce.tree as st
+from helpers import run_python
 from spruce import _jax_bridge as bridge
 from spruce._tree import _keys, _registry
 from spruce._tree._kinds import MODE_DATACLASS_INIT, MODE_FUNCS
-from helpers import run_python
 
 CHECKED = r"checked with jax 0\.10\.2 and 0\.12\.0\.1"
 

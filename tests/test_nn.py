@@ -319,7 +319,9 @@ def test_dropout() -> None:
 # ------------------------------------------------------------------ attention
 
 
-def _reference_attention(mha: nn.MultiheadAttention, q: Any, k: Any, v: Any, blocked: Any = None) -> tuple[np.ndarray, np.ndarray]:
+def _reference_attention(
+    mha: nn.MultiheadAttention, q: Any, k: Any, v: Any, blocked: Any = None
+) -> tuple[np.ndarray, np.ndarray]:
     """NumPy multi-head attention, one head at a time, from the layer's PyTorch-named
     parameters; ``blocked`` (L, S) is True where a query may not attend to a key."""
     h, e = mha.num_heads, mha.embed_dim
@@ -452,7 +454,7 @@ def test_multihead_attention_sizes_and_errors() -> None:
         nn.MultiheadAttention(0, 2, key=KEY)
     with pytest.raises(ValueError, match="must be >= 1, got embed_dim=8 and num_heads=-2"):
         nn.MultiheadAttention(8, -2, key=KEY)
-    with pytest.raises(TypeError, match="num_heads must be an int, got 2.0"):
+    with pytest.raises(TypeError, match=r"num_heads must be an int, got 2\.0"):
         nn.MultiheadAttention(8, 2.0, key=KEY)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"dropout must be a number in \[0, 1\], got 1.5"):
         nn.MultiheadAttention(8, 2, dropout=1.5, key=KEY)
@@ -475,7 +477,9 @@ def test_multihead_attention_sizes_and_errors() -> None:
         mha(q, k, v, attn_mask=jnp.ones((2, 3), jnp.int32))
     # torch's keyword names: key= is spruce's PRNG key, so the key sequence is the positional key_
     for call in (lambda: mha(q, key=k, value=v), lambda: mha(q, k), lambda: mha(q, k, v, key=k)):
-        with pytest.raises(TypeError, match=r"second and third positional arguments, key_ and value.*key= is the PRNG key of the dropout"):
+        with pytest.raises(
+            TypeError, match=r"second and third positional arguments, key_ and value.*key= is the PRNG key of the dropout"
+        ):
             call()
 
 

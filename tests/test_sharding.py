@@ -721,7 +721,9 @@ def test_a_rule_shadowed_by_the_catch_all_is_named() -> None:
     a warning otherwise, naming the pattern; explain reports it without raising."""
     params = {"layers": [{"w": np.zeros((4, 4))}], "head": np.zeros(4)}
     typo = [("layer.*.w", P("model", None)), ("**", None)]
-    with pytest.raises(sh.ShardingError, match=r"the rule 'layer\.\*\.w' matched no array leaf of the tree, and the catch-all '\*\*'"):
+    with pytest.raises(
+        sh.ShardingError, match=r"the rule 'layer\.\*\.w' matched no array leaf of the tree, and the catch-all '\*\*'"
+    ):
         sh.specs(params, sh.Rules(typo))
     with pytest.warns(UserWarning, match=r"the rule 'layer\.\*\.w' matched no array leaf"):
         got = sh.specs(params, sh.Rules(typo, strict=False))
