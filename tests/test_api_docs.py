@@ -34,6 +34,7 @@ MODULES: list[str] = list(_generator().MODULES)
 pytestmark = pytest.mark.subprocess
 
 
+@pytest.mark.slow
 def test_api_reference_is_up_to_date() -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gen_api_docs.py"), "--check"],

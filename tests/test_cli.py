@@ -471,6 +471,7 @@ def test_python_dash_m_spruce(tmp_path: Any) -> None:
     assert_one_error_line(bad.stderr, "nope.npz: No such file or directory")
 
 
+@pytest.mark.slow
 def test_demo_crepe_prints_the_notes_and_the_tree(capsys: Any) -> None:
     crepe = pytest.importorskip("spruce.models.crepe")
     try:

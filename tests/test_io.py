@@ -435,6 +435,7 @@ def _trees(leaves: Any) -> Any:
 
 @hypothesis.given(tree=_trees(_leaves), fmt=hs.sampled_from(FORMATS))
 @hypothesis.settings(max_examples=60)
+@pytest.mark.slow
 def test_round_trip_property(tmp_path_factory: Any, tree: Any, fmt: str) -> None:
     path = str(tmp_path_factory.mktemp("prop") / f"t.{fmt}")
     sio.save(path, tree)

@@ -493,6 +493,7 @@ def test_mixed_key_paths_in_keystr_and_errors() -> None:
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_import_and_registration_never_import_jax_and_reach_jax_later() -> None:
     proc = run_python(
         """
@@ -535,6 +536,7 @@ def test_import_and_registration_never_import_jax_and_reach_jax_later() -> None:
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_spruce_imported_after_jax_and_equinox() -> None:
     proc = run_python(
         """

@@ -43,6 +43,7 @@ def _seed_data() -> tuple[jax.Array, jax.Array]:
     return xs, ys
 
 
+@pytest.mark.slow
 def test_seed_parameters_and_forward_pass_reproduce(legacy_threefry: None) -> None:
     # Numbers printed by the English tutorial ("Equinox - How to actually do this"; see
     # examples/README.md).
@@ -102,6 +103,7 @@ def test_linear_errors() -> None:
 # ------------------------------------------------------------------ MLP / Sequential / Lambda / Identity
 
 
+@pytest.mark.slow
 def test_mlp_structure_and_forward() -> None:
     mlp = nn.MLP(4, 2, width_size=8, depth=2, activation=jax.nn.tanh, key=KEY)
     assert [(layer.in_features, layer.out_features) for layer in mlp.layers] == [(4, 8), (8, 8), (8, 2)]
@@ -118,12 +120,14 @@ def test_mlp_structure_and_forward() -> None:
     assert nn.MLP(3, 1, 5, 1, final_activation=jax.nn.sigmoid, key=KEY)(x[:3]).shape == (1,)
 
 
+@pytest.mark.slow
 def test_mlp_gradient_is_mlp_shaped() -> None:
     mlp = nn.MLP(3, 1, 4, 1, key=KEY)
     g = jax.grad(lambda m: jnp.sum(m(jnp.ones(3)) ** 2))(mlp)
     assert type(g) is nn.MLP and st.structure(g) == st.structure(mlp)
 
 
+@pytest.mark.slow
 def test_complex_parameters_draw_real_and_imaginary_parts() -> None:
     layer = nn.Linear(4, 3, dtype=jnp.complex64, key=KEY)
     assert layer.weight.dtype == jnp.complex64 and layer.bias.dtype == jnp.complex64
@@ -162,6 +166,7 @@ def _count_primitives(jaxpr: Any, name: str) -> int:
     "in_size, out_size, depth, use_bias",
     [(3, 2, 0, True), (3, 2, 1, True), (3, 2, 2, True), (3, 2, 5, False), ("scalar", "scalar", 4, True)],
 )
+@pytest.mark.slow
 def test_mlp_scan_equals_the_unrolled_mlp(in_size: Any, out_size: Any, depth: int, use_bias: bool) -> None:
     kw = dict(activation=jax.nn.tanh, final_activation=jax.nn.sigmoid, use_bias=use_bias, key=KEY)
     flat = nn.MLP(in_size, out_size, 6, depth, **kw)
@@ -194,6 +199,7 @@ def test_mlp_scan_equals_the_unrolled_mlp(in_size: Any, out_size: Any, depth: in
             np.testing.assert_allclose(g_deep.layers[1].weight[i - 1], g_flat.layers[i].weight, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_mlp_scan_traces_one_scan_whatever_the_depth() -> None:
     x = jnp.ones(3)
     sizes = {}
@@ -208,6 +214,7 @@ def test_mlp_scan_traces_one_scan_whatever_the_depth() -> None:
     assert _count_primitives(unrolled, "scan") == 0 and _count_primitives(unrolled, "dot_general") == 41
 
 
+@pytest.mark.slow
 def test_mlp_scan_under_jit_vmap_and_save(tmp_path: Any) -> None:
     import spruce.io
 
@@ -356,6 +363,7 @@ def _random_params(mha: Any, seed: int = 1) -> Any:
     return jax.tree.unflatten(treedef, [0.5 * random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)])
 
 
+@pytest.mark.slow
 def test_multihead_attention_matches_reference() -> None:
     mha = _random_params(nn.MultiheadAttention(8, 2, key=KEY))
     kq, kk = random.split(random.PRNGKey(1))
@@ -381,6 +389,7 @@ def test_multihead_attention_matches_reference() -> None:
     np.testing.assert_allclose(cross(q, k, v)[0], _reference_attention(cross, q, k, v)[0], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_multihead_attention_batches_with_vmap_in_either_layout() -> None:
     mha = _random_params(nn.MultiheadAttention(8, 2, key=KEY))
     x = random.normal(random.PRNGKey(2), (4, 3, 8))  # (N, L, E): torch's batch_first=True
@@ -393,6 +402,7 @@ def test_multihead_attention_batches_with_vmap_in_either_layout() -> None:
     np.testing.assert_allclose(w_t, w, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_multihead_attention_parameter_names_shapes_and_initialisation() -> None:
     import spruce.io
 
@@ -416,6 +426,7 @@ def test_multihead_attention_parameter_names_shapes_and_initialisation() -> None
     assert bf16(jnp.ones((2, 8), jnp.float32), jnp.ones((2, 8)), jnp.ones((2, 8)))[0].dtype == jnp.float32
 
 
+@pytest.mark.slow
 def test_multihead_attention_fully_blocked_query_gets_zero_weights() -> None:
     mha = _random_params(nn.MultiheadAttention(8, 2, key=KEY))
     q = random.normal(random.PRNGKey(3), (3, 8))
@@ -427,6 +438,7 @@ def test_multihead_attention_fully_blocked_query_gets_zero_weights() -> None:
     assert np.isfinite(np.asarray(out)).all() and np.isfinite(np.asarray(w)).all()
 
 
+@pytest.mark.slow
 def test_multihead_attention_dropout() -> None:
     mha = nn.MultiheadAttention(8, 2, dropout=0.5, key=KEY)
     x = jnp.ones((4, 8))
@@ -443,6 +455,7 @@ def test_multihead_attention_dropout() -> None:
     assert nn.MultiheadAttention(8, 2, dropout=0.5, inference=True, key=KEY).dropout.inference
 
 
+@pytest.mark.slow
 def test_multihead_attention_sizes_and_errors() -> None:
     with pytest.raises(ValueError, match=r"embed_dim \(10\) must be divisible by num_heads \(3\)"):
         nn.MultiheadAttention(10, 3, key=KEY)
@@ -497,6 +510,7 @@ def test_conv_matches_a_direct_sum() -> None:
     assert conv.padding == ((1, 1),) and conv.kernel_size == (3,) and st.leaves(conv) == [conv.weight, conv.bias]
 
 
+@pytest.mark.slow
 def test_conv_padding_forms() -> None:
     same = nn.Conv2d(1, 1, (4, 3), dilation=(1, 2), padding="same", key=KEY)
     assert same.padding == ((1, 2), (2, 2)) and same(jnp.ones((1, 6, 5))).shape == (1, 6, 5)
@@ -629,6 +643,7 @@ def test_layers_under_strict_dtype_promotion(make: Any) -> None:
     np.testing.assert_allclose(np.asarray(y16, np.float32), np.asarray(y, np.float32), rtol=0.05, atol=0.05)
 
 
+@pytest.mark.slow
 def test_cells_under_strict_dtype_promotion_and_scan() -> None:
     lstm = nn.LSTMCell(3, 4, key=KEY)
     with jax.numpy_dtype_promotion("strict"):
@@ -759,6 +774,7 @@ def test_batchnorm_training_errors() -> None:
         nn.update_state(bn, {})  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_state_in_a_model_trains_under_jit_and_grad() -> None:
     model = _model_with_batchnorm()
     state = nn.State(model)
@@ -822,6 +838,7 @@ def test_shared_ties_weights_and_sums_gradients() -> None:
         nn.Shared((emb, nn.Linear(3, 4, key=KEY)), lambda t: t[1].weight, lambda t: t[0].weight)
 
 
+@pytest.mark.slow
 def test_conv_batchnorm_model_saves_and_loads_without_like(tmp_path: Any) -> None:
     import spruce.io
 

@@ -149,6 +149,7 @@ CONV_CASES = [
 
 
 @pytest.mark.parametrize(("name", "kw", "shape"), CONV_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CONV_CASES)])
+@pytest.mark.slow
 def test_conv_matches_torch(name: str, kw: dict[str, Any], shape: tuple[int, ...], tmp_path: Any) -> None:
     layer = getattr(nn, name)(**kw, key=KEY)
     tlayer = getattr(torch.nn, name)(**_torch_kwargs(kw))
@@ -158,6 +159,7 @@ def test_conv_matches_torch(name: str, kw: dict[str, Any], shape: tuple[int, ...
 
 
 @pytest.mark.parametrize("name", ["Conv2d", "ConvTranspose2d"])
+@pytest.mark.slow
 def test_conv_initialisation_has_torch_bounds(name: str) -> None:
     # PyTorch: kaiming_uniform_(a=sqrt(5)) -> bound 1/sqrt(fan_in), fan_in from the weight's axis 1.
     torch.manual_seed(0)
@@ -175,6 +177,7 @@ def test_conv_initialisation_has_torch_bounds(name: str) -> None:
     assert w.std() == pytest.approx(b / math.sqrt(3), rel=0.03) and tw.std() == pytest.approx(b / math.sqrt(3), rel=0.03)
 
 
+@pytest.mark.slow
 def test_conv_per_side_padding_equals_torch_pad_then_conv() -> None:
     layer = nn.Conv2d(2, 3, (3, 2), padding=((1, 2), (0, 1)), key=KEY)
     tlayer = torch.nn.Conv2d(2, 3, (3, 2))
@@ -185,6 +188,7 @@ def test_conv_per_side_padding_equals_torch_pad_then_conv() -> None:
     np.testing.assert_allclose(_batch(layer, x), expected, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_conv_transpose_is_the_gradient_of_conv() -> None:
     # The transposed convolution is the vector-Jacobian product of the convolution with the
     # same weight (PyTorch's definition); checked with jax.vjp, independently of torch.
@@ -353,6 +357,7 @@ def test_prelu_matches_torch(num: int, shape: tuple[int, ...], tmp_path: Any) ->
 
 
 @pytest.mark.parametrize("use_bias", [True, False])
+@pytest.mark.slow
 def test_lstm_cell_matches_torch_over_a_sequence(use_bias: bool, tmp_path: Any) -> None:
     layer = nn.LSTMCell(3, 5, use_bias=use_bias, key=KEY)
     tlayer = torch.nn.LSTMCell(3, 5, bias=use_bias)
@@ -393,6 +398,7 @@ def test_lstm_cell_matches_torch_over_a_sequence(use_bias: bool, tmp_path: Any) 
 
 
 @pytest.mark.parametrize("use_bias", [True, False])
+@pytest.mark.slow
 def test_gru_cell_matches_torch(use_bias: bool, tmp_path: Any) -> None:
     layer = nn.GRUCell(4, 3, use_bias=use_bias, key=KEY)
     tlayer = torch.nn.GRUCell(4, 3, bias=use_bias)
@@ -409,6 +415,7 @@ def test_gru_cell_matches_torch(use_bias: bool, tmp_path: Any) -> None:
             np.testing.assert_allclose(got, tlayer(torch.from_numpy(x), torch.from_numpy(h)).numpy(), rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_rnn_cell_initialisation_bounds_match_torch() -> None:
     torch.manual_seed(0)
     layer, tlayer = nn.GRUCell(4, 16, key=KEY), torch.nn.GRUCell(4, 16)
@@ -428,6 +435,7 @@ def _hf_rope(x: Any, positions: Any, theta: float) -> Any:
     return x * emb.cos() + torch.cat((-x2, x1), dim=-1) * emb.sin()
 
 
+@pytest.mark.slow
 def test_rotary_embedding_matches_hugging_face_layout() -> None:
     rope = nn.RotaryPositionalEmbedding(16, theta=500.0)
     x = _rng().standard_normal((2, 3, 7, 16)).astype(np.float32)  # batch, heads, seq, dim
@@ -439,6 +447,7 @@ def test_rotary_embedding_matches_hugging_face_layout() -> None:
                                _hf_rope(torch.from_numpy(x[0, 0]), torch.from_numpy(pos), 500.0).numpy(), rtol=1e-5, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_embedding_and_linear_match_torch(tmp_path: Any) -> None:
     x = _rng().standard_normal((2, 5)).astype(np.float32)
     check_both_ways(nn.Linear(5, 3, key=KEY), torch.nn.Linear(5, 3), x, tmp_path, reduced=5)
@@ -449,6 +458,7 @@ def test_embedding_and_linear_match_torch(tmp_path: Any) -> None:
         np.testing.assert_array_equal(np.asarray(jax.vmap(emb)(jnp.asarray(idx))), temb(torch.from_numpy(idx)).numpy())
 
 
+@pytest.mark.slow
 def test_small_model_state_dict_loads_by_name(tmp_path: Any) -> None:
     # A CREPE-style stack: a whole PyTorch Sequential's state_dict loads into the spruce
     # Sequential through spruce.io.load(like=...) once the names agree ('0.weight' ->
@@ -479,6 +489,7 @@ def test_small_model_state_dict_loads_by_name(tmp_path: Any) -> None:
     np.testing.assert_allclose(_batch(res.tree, x), expected, **_tolerance(32))
 
 
+@pytest.mark.slow
 def test_tied_weights_match_torch_tied_gradient() -> None:
     emb, head = nn.Embedding(6, 4, key=KEY), nn.Linear(4, 6, use_bias=False, key=jax.random.key(1))
     shared = nn.Shared((emb, head), lambda t: t[1].weight, lambda t: t[0].weight)
@@ -551,6 +562,7 @@ def _compare_mha(layer: Any, tlayer: Any, q: np.ndarray, k: np.ndarray, v: np.nd
 
 
 @pytest.mark.parametrize("kw", MHA_CASES, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()) or "default")
+@pytest.mark.slow
 def test_multihead_attention_matches_torch(kw: dict[str, Any], tmp_path: Any) -> None:
     e, heads, lq, lk = 8, 2, 3, 5
     layer = nn.MultiheadAttention(e, heads, **kw, key=KEY)
@@ -584,6 +596,7 @@ def test_multihead_attention_vmap_matches_torch_batches(batch_first: bool, tmp_p
     np.testing.assert_allclose(w, t_w.numpy(), **_tolerance(8))
 
 
+@pytest.mark.slow
 def test_multihead_attention_initialisation_matches_torch_statistics() -> None:
     # Same rules: xavier uniform input projections, zero biases, Linear's out_proj, xavier
     # normal bias_k / bias_v; compared by bounds and standard deviations over a large layer.
@@ -605,6 +618,7 @@ def test_multihead_attention_initialisation_matches_torch_statistics() -> None:
             np.testing.assert_allclose(np.abs(o).max(), np.abs(t).max(), rtol=0.05, err_msg=name)
 
 
+@pytest.mark.slow
 def test_torch_is_not_imported_by_the_library() -> None:
     import subprocess
     import sys

@@ -441,6 +441,7 @@ def _write_index(d: Any, tensors: dict[str, Any]) -> None:
         json.dump({"format": "spruce.sharded", "version": 1, "metadata": {}, "tensors": tensors}, f)
 
 
+@pytest.mark.slow
 def test_many_slices_are_checked_for_overlap_and_coverage(tmp_path: Any) -> None:
     """An index of 20,000 one-element slices is validated without comparing all pairs; an
     overlap among them or a missing one is still found."""
@@ -518,6 +519,7 @@ def _mapped_kib(path: str) -> int:
     return total
 
 
+@pytest.mark.slow
 def test_detached_regions_release_the_mapping_and_stay_exact(tmp_path: Any, monkeypatch: Any) -> None:
     """Placing on devices reads regions with detach=True: new arrays, after which the pages of
     the stored blocks are dropped from the process (madvise); views made before still read the

@@ -86,6 +86,7 @@ def test_filter_make_jaxpr() -> None:
 # -- checkpoint ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_filter_checkpoint_matches_jax() -> None:
     loss = lambda x, y: jnp.sum(f_plain(x, y))
     close(jax.grad(sj.filter_checkpoint(loss))(X, Y), jax.grad(jax.checkpoint(loss))(X, Y))
@@ -172,6 +173,7 @@ def test_filter_jacobians_match_jax(ours: Any, theirs: Any) -> None:
     close(jm.w, theirs(lambda w: jnp.tanh(w * X) * 2)(model().w))
 
 
+@pytest.mark.slow
 def test_filter_hessian_matches_jax() -> None:
     loss = lambda x, y: jnp.sum(f_plain(x, y) ** 2)
     close(sj.filter_hessian(loss)(X, Y), jax.hessian(loss)(X, Y))
