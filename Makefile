@@ -1,7 +1,10 @@
 # spruce — the two commands of the README, and their helpers.
 #   make demo   the main job: `spruce demo` (the MiniLM checkpoint as a spruce Module)
 #   make test   the whole test suite, against the compiled build and the uncompiled source, on
-#               $(PYTHON) (.venv) and on every other interpreter of the matrix found here
+#               $(PYTHON) (.venv) and on every other interpreter of the matrix found here; the
+#               linter and the type checker
+#   make check  the everyday check, a few minutes: the linter, the type checker, and the suite
+#               without the tests marked slow, on the uncompiled source and $(PYTHON) only
 #   make docs   regenerate docs/api.md from the docstrings
 # Each target makes its own virtual environment and installs what it needs into it.
 
@@ -10,7 +13,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo examples browser test test-all test-compiled test-pure test-matrix typecheck docs bench bench-quick build-compiled clean
+.PHONY: demo examples browser test test-all check lint test-compiled test-pure test-matrix typecheck docs bench bench-quick \
+	build-compiled clean
 
 # ------------------------------------------------------------------ versions, per interpreter
 # What must be pinned for the build and the suite to be reproducible: JAX (its tree_util is the
@@ -140,6 +144,17 @@ examples: $(VENV)/.demo-deps build-compiled
 typecheck: $(VENV)/.deps
 	$(PY) -m mypy --strict src/spruce
 
+# ruff, with the rules in pyproject.toml ([tool.ruff]); its version is pinned in the test extra.
+LINTED := src tests benchmarks scripts examples
+lint: $(VENV)/.deps
+	$(PY) -m ruff check $(LINTED)
+
+# The everyday check: what is quick to catch, without building or the matrix (the compiled build,
+# the other interpreters and the tests marked slow are `make test`'s).  Stops at the first part
+# that fails.
+check: lint typecheck
+	SPRUCE_EXPECT_COMPILED=0 PYTHONPATH=src $(PY) -m pytest -q -m "not slow" --doctest-modules src/spruce tests
+
 # The API reference, docs/api.md, from the docstrings (tests/test_api_docs.py fails when it is stale).
 docs: $(VENV)/.deps
 	$(PY) scripts/gen_api_docs.py
@@ -168,7 +183,7 @@ JOBS ?= 2
 test:
 	$(MAKE) --no-print-directory -k -j$(JOBS) --output-sync=target test-all
 
-test-all: typecheck test-compiled test-pure test-matrix
+test-all: lint typecheck test-compiled test-pure test-matrix
 
 bench: $(VENV)/.deps build-compiled
 	@$(call ensure_compiled,$(VENV))

@@ -51,7 +51,7 @@ def operations(tree: Any) -> dict[str, tuple[Callable[[], Any], Callable[[], Any
     """name -> (spruce call, jax call), each doing the same work on ``tree``."""
     leaves, sdef = st.flatten(tree)
     jleaves, jdef = jtu.tree_flatten(tree)
-    ident = lambda x: x  # noqa: E731
+    ident = lambda x: x
     return {
         "flatten": (lambda: st.flatten(tree), lambda: jtu.tree_flatten(tree)),
         "leaves": (lambda: st.leaves(tree), lambda: jtu.tree_leaves(tree)),

@@ -80,10 +80,13 @@ def main() -> None:
         params, static = spruce.partition(model, spruce.is_array)
         plain = jax.jit(lambda p, x, fn=fn, static=static: fn(spruce.combine(p, static), x))
         filt = filter_jit(fn)
-        contenders: list[Callable[[], Any]] = [lambda: plain(params, x), lambda: filt(model, x)]
+        contenders: list[Callable[[], Any]] = [
+            lambda plain=plain, params=params, x=x: plain(params, x),
+            lambda filt=filt, model=model, x=x: filt(model, x),
+        ]
         if eqx is not None:
             efilt = eqx.filter_jit(fn)
-            contenders.append(lambda: efilt(model, x))
+            contenders.append(lambda efilt=efilt, model=model, x=x: efilt(model, x))
         times: list[list[float]] = [[] for _ in contenders]
         ratios: list[list[float]] = [[] for _ in contenders]
         for r in range(args.rounds):

@@ -163,7 +163,8 @@ def _common(t1: Any, t2: Any, td: Any, td2: Any, leaf_list: list[Any], /, **fns:
     """Benches for a library with a treedef object; ``fns`` maps op names to its functions."""
 
     def b(stmt: str, fn: Any, **extra: Any) -> Bench:
-        return Bench(stmt, {"F": fn, "t1": t1, "t2": t2, "td": td, "td2": td2, "L": leaf_list, "f1": _f1, "f2": _f2, "fr": _count, **extra})
+        names = {"F": fn, "t1": t1, "t2": t2, "td": td, "td2": td2, "L": leaf_list, "f1": _f1, "f2": _f2, "fr": _count}
+        return Bench(stmt, {**names, **extra})
 
     cells: dict[str, Cell] = {
         "treedef_eq": b("td == td2", None),
@@ -176,7 +177,8 @@ def _common(t1: Any, t2: Any, td: Any, td2: Any, leaf_list: list[Any], /, **fns:
         elif fn is None:
             cells[op] = NA("no equivalent")
         else:
-            cells[op] = b({"unflatten": "F(td, L)", "map": "F(f1, t1)", "map2": "F(f2, t1, t2)", "reduce": "F(fr, t1, 0)"}.get(op, "F(t1)"), fn)
+            stmts = {"unflatten": "F(td, L)", "map": "F(f1, t1)", "map2": "F(f2, t1, t2)", "reduce": "F(fr, t1, 0)"}
+            cells[op] = b(stmts.get(op, "F(t1)"), fn)
     return cells
 
 
@@ -299,10 +301,12 @@ def discover(src: Path | None) -> tuple[list[Library], list[str]]:
 
     libs: list[Library] = []
     missing: list[str] = []
-    libs.append(Library("spruce", _version("spruce") + (" (compiled)" if spruce.__compiled__ else " (NOT compiled)"), spruce.tree, _spruce, is_spruce=True))
+    build = " (compiled)" if spruce.__compiled__ else " (NOT compiled)"
+    libs.append(Library("spruce", _version("spruce") + build, spruce.tree, _spruce, is_spruce=True))
     if src is not None:
         pure = load_pure_spruce(src)
-        libs.append(Library("spruce-pure", f"{pure.__version__} (uncompiled: the source tree's src/spruce, imported as spruce_pure)", pure.tree, _spruce, is_spruce=True))
+        version = f"{pure.__version__} (uncompiled: the source tree's src/spruce, imported as spruce_pure)"
+        libs.append(Library("spruce-pure", version, pure.tree, _spruce, is_spruce=True))
 
     def peer(name: str, modname: str, dist: str, make: Callable[[Any, TreeCase, Any, Any], dict[str, Cell]]) -> None:
         try:

@@ -111,6 +111,9 @@ def _table(header: list[str], rows: list[list[str]], align: list[str] | None = N
     return out
 
 
+_VERDICT = {True: "PASS", False: "**FAIL**", None: "—"}  # a target met, missed, or not set
+
+
 def _target_status(res: Results, op: str) -> tuple[str, bool | None]:
     t = TARGETS.get(op)
     if t is None:
@@ -142,7 +145,8 @@ def headline_table(res: Results) -> list[str]:
         g, n = res.op_geomean(op, None)
         worst, wtree = res.op_worst(op)
         text, ok = _target_status(res, op)
-        row = [f"`{op}`", f"**{fmt_ratio(g)}**" if n else "n/a", f"{fmt_ratio(worst)} ({wtree})" if n else "n/a", text, {True: "PASS", False: "**FAIL**", None: "—"}[ok]]
+        row = [f"`{op}`", f"**{fmt_ratio(g)}**" if n else "n/a", f"{fmt_ratio(worst)} ({wtree})" if n else "n/a", text,
+               _VERDICT[ok]]
         for p in res.peers:
             gp, np_ = res.op_geomean(op, p)
             row.append(f"{fmt_ratio(gp)} ({np_})" if np_ else "n/a")
@@ -154,7 +158,7 @@ def headline_table(res: Results) -> list[str]:
 
 
 def group_table(res: Results) -> list[str]:
-    header = ["op group", "ops", "spruce / fastest peer"] + ([f"spruce-pure / fastest peer"] if res.has_pure else [])
+    header = ["op group", "ops", "spruce / fastest peer"] + (["spruce-pure / fastest peer"] if res.has_pure else [])
     rows = []
     for group, ops in OP_GROUPS.items():
         vals = [r for op in ops for c in res.cases if (r := res.ratio(c.name, op, None)) is not None]
@@ -182,7 +186,7 @@ def pure_table(res: Results) -> list[str]:
         target, ok = ("—", None)
         if op == "map":
             target, ok = f"geomean ≤ {PURE_MAP_MAX:g}", g <= PURE_MAP_MAX
-        rows.append([f"`{op}`", fmt_ratio(g), f"{fmt_ratio(worst)} ({wtree})", target, {True: "PASS", False: "**FAIL**", None: "—"}[ok]])
+        rows.append([f"`{op}`", fmt_ratio(g), f"{fmt_ratio(worst)} ({wtree})", target, _VERDICT[ok]])
     return _table(header, rows)
 
 
@@ -217,7 +221,9 @@ def _na_text(res: Results, tree: str, op: str, lib: str) -> str:
 
 
 def worst_cells(res: Results, k: int = 8) -> list[str]:
-    cells = sorted(((r, c.name, op) for c in res.cases for op in OPS if (r := res.ratio(c.name, op, None)) is not None), reverse=True)
+    cells = sorted(
+        ((r, c.name, op) for c in res.cases for op in OPS if (r := res.ratio(c.name, op, None)) is not None), reverse=True
+    )
     rows = [[c, f"`{op}`", res.fastest(c, op) or "—", fmt_ratio(r)] for r, c, op in cells[:k]]
     return _table(["tree", "op", "fastest peer", "spruce / fastest"], rows, ["l", "l", "l", "r"])
 
@@ -250,7 +256,9 @@ def scaling_section(sc: ScalingResult) -> list[str]:
 Table = dict[tuple[str, int, str, str], float]  # a figure per call, per (shape, size, lib, op)
 
 
-def _per_unit(sc: ScalingResult, table: Table, shape: str, sizes: list[int], libs: list[str], fmt: Callable[[float], str]) -> list[str]:
+def _per_unit(
+    sc: ScalingResult, table: Table, shape: str, sizes: list[int], libs: list[str], fmt: Callable[[float], str]
+) -> list[str]:
     """The lines of one shape's table of ``table``'s figures divided by the size (per leaf, or
     per level), a column per (op, lib); a missing cell shows why (a crash) or a dash."""
     header = ["n"] + [f"{lib} {op}" for op in SCALING_OPS for lib in libs]
@@ -301,7 +309,8 @@ def memory_section(mem: MemoryResult) -> list[str]:
                 cells.append(fmt_bytes(b) if b is not None else f"error ({mem.errors.get((shape, lib, method), '?')})")
             rows.append([shape, lib, *cells])
     out = [f"Peak extra memory of one `flatten` of a {mem.n:,}-leaf tree (result included), one fresh subprocess per cell:", ""]
-    out += _table(["tree", "library", "peak RSS − RSS before", "tracemalloc peak (Python allocator only)"], rows, ["l", "l", "r", "r"])
+    header = ["tree", "library", "peak RSS − RSS before", "tracemalloc peak (Python allocator only)"]
+    out += _table(header, rows, ["l", "l", "r", "r"])
     return out
 
 
@@ -318,14 +327,16 @@ def markdown(res: Results, chart_name: str | None) -> str:
         "",
         "## Setup",
         "",
-        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['memory']}; {m['platform']}; load average {m['load']} at start, {m.get('load_end', '?')} at the end (other tenants share the machine: hence ratios)",
+        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['memory']}; {m['platform']}; load average {m['load']} at start, "
+        f"{m.get('load_end', '?')} at the end (other tenants share the machine: hence ratios)",
         f"- Python {m['python']}; spruce source: {m.get('source', '?')}",
     ]
     for lib in res.libs:
         lines.append(f"- {lib.name} {lib.version}")
     if res.missing:
         lines.append(f"- not installed (skipped): {', '.join(res.missing)}")
-    lines.append(f"- {st['rounds']} rounds per (tree, op), samples of ~{st['target'] * 1e3:g} ms, mode: {st['mode']}; the run took {m.get('minutes', '?')} min")
+    lines.append(f"- {st['rounds']} rounds per (tree, op), samples of ~{st['target'] * 1e3:g} ms, mode: {st['mode']}; "
+                 f"the run took {m.get('minutes', '?')} min")
     lines.append("")
     if chart_name:
         lines += [f"![ratios]({chart_name})", ""]
@@ -348,11 +359,12 @@ def markdown(res: Results, chart_name: str | None) -> str:
     lines += ratio_table(res)
     if res.scaling is not None:
         lines += ["", "## Scaling", "",
-                  "Median time per call divided by the number of leaves (per level for the chain). A flat row means linear cost; "
-                  "growth at 10^5–10^6 with a flat instruction row below it is the memory hierarchy's (the tree, its leaves and "
-                  "the result no longer fit in the caches), and it comes for every library. Everything here runs in one fresh subprocess, "
-                  "every (size, library) of a (shape, op) interleaved. jax's chain depths are first probed in another "
-                  "subprocess with Python's recursion limit raised past the depth; a depth where jax crashes is reported, not timed.", ""]
+                  "Median time per call divided by the number of leaves (per level for the chain). A flat row means linear "
+                  "cost; growth at 10^5–10^6 with a flat instruction row below it is the memory hierarchy's (the tree, its "
+                  "leaves and the result no longer fit in the caches), and it comes for every library. Everything here runs "
+                  "in one fresh subprocess, every (size, library) of a (shape, op) interleaved. jax's chain depths are first "
+                  "probed in another subprocess with Python's recursion limit raised past the depth; a depth where jax "
+                  "crashes is reported, not timed.", ""]
         lines += scaling_section(res.scaling)
         lines += [f"{note}" for note in res.scaling.notes]
     if res.memory is not None:
@@ -390,7 +402,8 @@ def markdown(res: Results, chart_name: str | None) -> str:
             lines.append(f"- `{tree}` is timed with `sys.setrecursionlimit(10000)`; at Python's default limit these fail on it: "
                          + "; ".join(fails) + ".")
         else:
-            lines.append(f"- `{tree}` is timed with `sys.setrecursionlimit(10000)`; every library also handles it at the default limit.")
+            lines.append(f"- `{tree}` is timed with `sys.setrecursionlimit(10000)`; "
+                         "every library also handles it at the default limit.")
     for note in res.notes:
         lines.append(f"- {note}")
     lines.append("")
@@ -456,7 +469,8 @@ def chart(res: Results, path: Path) -> bool:
     cb = fig.colorbar(im, ax=ax, fraction=0.025, pad=0.01)
     cb.set_ticks([-3, -2, -1, 0, 1, 2, 3], labels=["≤1/8", "1/4", "1/2", "1", "2", "4", "≥8"])
     cb.set_label("spruce / fastest peer")
-    ax.set_title("spruce (compiled) time / fastest peer time — green: spruce faster, red: slower; each cell: ratio and the fastest peer", fontsize=11)
+    ax.set_title("spruce (compiled) time / fastest peer time — green: spruce faster, red: slower; "
+                 "each cell: ratio and the fastest peer", fontsize=11)
 
     # (2) per-op geometric means vs each peer
     axb = fig.add_subplot(gs[1, :])
@@ -497,9 +511,12 @@ def chart(res: Results, path: Path) -> bool:
             axc = fig.add_subplot(gs[2, col])
             for lib, color in colors.items():
                 for op, ls in (("flatten", "-"), ("map", "--")):
-                    pts = sorted((n, t / n * 1e9) for (s, n, lb, o), t in sc.times.items() if s == shape and lb == lib and o == op)
+                    pts = sorted(
+                        (n, t / n * 1e9) for (s, n, lb, o), t in sc.times.items() if s == shape and lb == lib and o == op
+                    )
                     if pts:
-                        axc.plot([p[0] for p in pts], [p[1] for p in pts], ls=ls, color=color, marker="o", ms=4, label=f"{lib} {op}")
+                        axc.plot([p[0] for p in pts], [p[1] for p in pts], ls=ls, color=color, marker="o", ms=4,
+                                 label=f"{lib} {op}")
             for (s, n, lb), why in sc.failures.items():
                 if s == shape and lb == "jax" and "crash" in why:
                     axc.axvline(n, color="tab:blue", lw=1, ls=":")
@@ -515,7 +532,8 @@ def chart(res: Results, path: Path) -> bool:
             axc.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             axc.yaxis.set_minor_formatter(NullFormatter())
     m = res.machine
-    fig.suptitle(f"spruce benchmarks ({res.settings['mode']} run) — {m['cpu']}, {m['cores']} cores, Python {m['python']}, {m['date']}", fontsize=13, y=0.975)
+    fig.suptitle(f"spruce benchmarks ({res.settings['mode']} run) — {m['cpu']}, {m['cores']} cores, "
+                 f"Python {m['python']}, {m['date']}", fontsize=13, y=0.975)
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return True

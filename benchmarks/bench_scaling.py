@@ -46,8 +46,8 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-import bench_trees  # noqa: E402
-from bench_timing import interleave  # noqa: E402
+import bench_trees
+from bench_timing import interleave
 
 SCALING_OPS: tuple[str, ...] = ("flatten", "unflatten", "map", "flatten_with_path")
 SHAPES: tuple[str, ...] = ("flat list", "balanced tree", "chain")
@@ -78,14 +78,19 @@ def _lib_fns(lib: str) -> dict[str, Any]:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
         import jax.tree_util as jtu
 
-        return {"flatten": jtu.tree_flatten, "unflatten": jtu.tree_unflatten, "map": jtu.tree_map, "flatten_with_path": jtu.tree_flatten_with_path}
+        return {
+            "flatten": jtu.tree_flatten, "unflatten": jtu.tree_unflatten, "map": jtu.tree_map,
+            "flatten_with_path": jtu.tree_flatten_with_path,
+        }
     raise ValueError(lib)
 
 
 def _timers(fns: dict[str, Any], tree: Any) -> dict[str, timeit.Timer]:
     leaves, td = fns["flatten"](tree)
     env = {"t": tree, "td": td, "L": leaves, "f": _ident, **{k.upper(): v for k, v in fns.items()}}
-    stmts = {"flatten": "FLATTEN(t)", "unflatten": "UNFLATTEN(td, L)", "map": "MAP(f, t)", "flatten_with_path": "FLATTEN_WITH_PATH(t)"}
+    stmts = {
+        "flatten": "FLATTEN(t)", "unflatten": "UNFLATTEN(td, L)", "map": "MAP(f, t)", "flatten_with_path": "FLATTEN_WITH_PATH(t)"
+    }
     return {op: timeit.Timer(stmts[op], globals=env) for op in SCALING_OPS}
 
 
@@ -115,7 +120,10 @@ def spruce_deep_threshold() -> int | None:
     return int(deep) if isinstance(deep, int) else None
 
 
-def _interleave_sizes(trees: dict[int, Any], libs_at: Callable[[int], list[str]], fns: dict[str, dict[str, Any]], rounds: int, target: float, shape: str) -> None:
+def _interleave_sizes(
+    trees: dict[int, Any], libs_at: Callable[[int], list[str]], fns: dict[str, dict[str, Any]], rounds: int, target: float,
+    shape: str,
+) -> None:
     """Per op, one interleaved run over every (size, library); prints one JSON line per result."""
     timers = {(n, lib): _timers(fns[lib], tree) for n, tree in trees.items() for lib in libs_at(n)}
     for op in SCALING_OPS:
@@ -128,7 +136,8 @@ def _scaling_worker(task: dict[str, Any]) -> None:
     libs: list[str] = task["libs"]
     fns = {lib: _lib_fns(lib) for lib in libs}
     for shape in ("flat list", "balanced tree"):
-        _interleave_sizes({n: build_shape(shape, n) for n in task["sizes"]}, lambda n: libs, fns, task["rounds"], task["target"], shape)
+        trees = {n: build_shape(shape, n) for n in task["sizes"]}
+        _interleave_sizes(trees, lambda n: libs, fns, task["rounds"], task["target"], shape)
         gc.collect()
         print(json.dumps({"log": f"scaling {shape} done"}), flush=True)
     jax_depths = set(task["jax_depths"])
@@ -157,7 +166,9 @@ def _probe_chain_worker(task: dict[str, Any]) -> None:
         print(json.dumps({"ok": d}), flush=True)
 
 
-def run_scaling(sizes: list[int], depths: list[int], with_jax: bool, rounds: int, target: float, log: Callable[[str], None]) -> ScalingResult:
+def run_scaling(
+    sizes: list[int], depths: list[int], with_jax: bool, rounds: int, target: float, log: Callable[[str], None]
+) -> ScalingResult:
     """Probe jax's chain depths, then time everything in one fresh subprocess."""
     res = ScalingResult()
     deep = spruce_deep_threshold()
@@ -211,7 +222,9 @@ INSTRUCTION_OPS: dict[str, str] = {"flatten": "flatten", "unflatten": "unflatten
 _CELL_TREES: dict[str, str] = {"flat list": "wide", "balanced tree": "balanced", "chain": "chain"}
 
 
-def run_instructions(res: ScalingResult, sizes: list[int], depths: list[int], libs: list[str], log: Callable[[str], None]) -> None:
+def run_instructions(
+    res: ScalingResult, sizes: list[int], depths: list[int], libs: list[str], log: Callable[[str], None]
+) -> None:
     """Instructions per call of every scaling (shape, size, op), by callgrind
     (``callgrind_cells``), into ``res.instructions``: the work itself, which neither the
     machine's other tenants nor its caches change, so a flat row here means linear work and
@@ -329,10 +342,13 @@ def run_worker(task: dict[str, Any], timeout: float) -> tuple[list[dict[str, Any
     """Run this file as a subprocess on ``task``; its JSON output lines, exit code, stderr."""
     start = time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), json.dumps(task)], capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), json.dumps(task)], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return [json.loads(x) for x in out.splitlines() if x.startswith("{")], -999, f"timeout after {time.monotonic() - start:.0f} s"
+        lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+        return lines, -999, f"timeout after {time.monotonic() - start:.0f} s"
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     return lines, proc.returncode, proc.stderr
 

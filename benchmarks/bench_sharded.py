@@ -86,7 +86,10 @@ elif op == "spruce load":
 elif op == "orbax save":
     c = ocp.StandardCheckpointer(); c.save(os.path.join(folder, "orbax"), tree); c.wait_until_finished()
 elif op == "orbax restore":
-    abstract = {k: jax.ShapeDtypeStruct(v.shape, jax.dtypes.canonicalize_dtype(v.dtype), sharding=placements[k]) for k, v in host.items()}
+    abstract = {
+        k: jax.ShapeDtypeStruct(v.shape, jax.dtypes.canonicalize_dtype(v.dtype), sharding=placements[k])
+        for k, v in host.items()
+    }
     out = jax.block_until_ready(ocp.StandardCheckpointer().restore(os.path.join(folder, "orbax"), abstract))
 elif op == "gather + save":
     sio.save(os.path.join(folder, "model.safetensors"), tree)
@@ -217,7 +220,7 @@ def main() -> None:
         _print_specs_timing()
         return
     try:
-        import orbax.checkpoint as ocp  # noqa: F401
+        import orbax.checkpoint as ocp  # noqa: F401  (only whether it is installed)
 
         ops = OPS
     except ImportError:

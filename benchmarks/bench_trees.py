@@ -325,7 +325,9 @@ def module_model(n_blocks: int = MODULE_BLOCKS, d: int = 4) -> Any:
         return ln(_arr(d, seed=seed), _arr(d, seed=seed + 1))
 
     blocks = tuple(
-        c["Block"](norm(i), linear(d, 3 * d, i), linear(d, d, i + 1), norm(i + 2), linear(d, 4 * d, i + 3), linear(4 * d, d, i + 4))
+        c["Block"](
+            norm(i), linear(d, 3 * d, i), linear(d, d, i + 1), norm(i + 2), linear(d, 4 * d, i + 3), linear(4 * d, d, i + 4)
+        )
         for i in range(n_blocks)
     )
     return c["Model"](_arr(16, d), blocks, norm(99))
@@ -358,11 +360,15 @@ def _register_modules(lib: str, mod: Any) -> None:
             registry.register_with_fixed_keys(cls, flatten, unflatten, keys)
             continue
 
-        def flat(x: Any, get_data: Any = _fields_getter(data), get_static: Any = _fields_getter(static)) -> tuple[Any, tuple[Any, ...]]:
+        data_getter, static_getter = _fields_getter(data), _fields_getter(static)
+
+        def flat(x: Any, get_data: Any = data_getter, get_static: Any = static_getter) -> tuple[Any, tuple[Any, ...]]:
             d = x.__dict__
             return get_data(d), get_static(d)
 
-        def unflat(aux: tuple[Any, ...], children: Any, cls: Any = cls, data: tuple[str, ...] = data, static: tuple[str, ...] = static) -> Any:
+        def unflat(
+            aux: tuple[Any, ...], children: Any, cls: Any = cls, data: tuple[str, ...] = data, static: tuple[str, ...] = static
+        ) -> Any:
             obj = object.__new__(cls)
             od = obj.__dict__
             od.update(zip(data, children))
@@ -382,7 +388,7 @@ def _register_modules(lib: str, mod: Any) -> None:
                 cls,
                 lambda x, flat=flat: _listed(flat(x)),
                 lambda ch, aux, unflat=unflat: unflat(aux, ch),
-                flatten_with_keys_fn=lambda x, flat=flat, data=data: (
+                flatten_with_keys_fn=lambda x, flat=flat, data=data, key=key: (
                     [(key(n), c) for n, c in zip(data, flat(x)[0])],
                     flat(x)[1],
                 ),
@@ -401,7 +407,10 @@ def tree_cases() -> list[TreeCase]:
         TreeCase("list_10k", "flat list of 10,000 floats", wide_list),
         TreeCase("dict_10k", "flat dict of 10,000 keys", wide_dict),
         TreeCase("chain_1000", "1,000-deep chain of single-element lists", chain, deep=True),
-        TreeCase("dataclass", "registered dataclasses: Net(16 Dense(w, b, scale; act static)) (52 leaves)", dataclass_net, custom=True),
+        TreeCase(
+            "dataclass", "registered dataclasses: Net(16 Dense(w, b, scale; act static)) (52 leaves)", dataclass_net, custom=True
+        ),
     ]
-    cases.append(TreeCase("module", f"spruce Modules: Model(embed, {MODULE_BLOCKS} Blocks of 4 Linear + 2 LayerNorm, ln_f) (51 leaves)", module_model, custom=True))
+    what = f"spruce Modules: Model(embed, {MODULE_BLOCKS} Blocks of 4 Linear + 2 LayerNorm, ln_f) (51 leaves)"
+    cases.append(TreeCase("module", what, module_model, custom=True))
     return cases

@@ -44,12 +44,12 @@ ROOT = HERE.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-import bench_libs  # noqa: E402
-import bench_report  # noqa: E402
-import bench_scaling  # noqa: E402
-import bench_trees  # noqa: E402
-from bench_libs import NA, OPS, Bench, Library  # noqa: E402
-from bench_timing import Series, interleave  # noqa: E402
+import bench_libs
+import bench_report
+import bench_scaling
+import bench_trees
+from bench_libs import NA, OPS, Bench, Library
+from bench_timing import Series, interleave
 
 #: Python's recursion limit while the deep trees are timed (recursive peers need it).
 DEEP_RECURSION_LIMIT = 10_000
@@ -105,8 +105,11 @@ def machine_info() -> dict[str, str]:
 def git_state(root: Path) -> str:
     """The commit the benchmarked source comes from, and whether src/ differs from it."""
     try:
-        head = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h %s"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "src"], capture_output=True, text=True, check=True).stdout.strip()
+        def git(*args: str) -> str:
+            return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+        head = git("log", "-1", "--format=%h %s")
+        dirty = git("status", "--porcelain", "--", "src")
     except (OSError, subprocess.CalledProcessError):
         return "not a git checkout"
     return f"commit {head}" + (" (src/ has uncommitted changes)" if dirty else "")
@@ -185,8 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     import spruce
 
     if not spruce.__compiled__:
-        notes.append(f"`import spruce` loaded an UNCOMPILED build ({spruce.__file__}): the `spruce` column is not the mypyc build.")
-    log("libraries: " + ", ".join(f"{lib.name} {lib.version}" for lib in libs) + (f"; missing: {', '.join(missing)}" if missing else ""))
+        notes.append(
+            f"`import spruce` loaded an UNCOMPILED build ({spruce.__file__}): the `spruce` column is not the mypyc build."
+        )
+    log("libraries: " + ", ".join(f"{lib.name} {lib.version}" for lib in libs)
+        + (f"; missing: {', '.join(missing)}" if missing else ""))
 
     cases = bench_trees.tree_cases()
     if args.trees:
@@ -198,12 +204,16 @@ def main(argv: list[str] | None = None) -> int:
     names = [lib.name for lib in libs]
     if not args.no_scaling:
         log("scaling")
-        scaling = bench_scaling.run_scaling(st.scaling_sizes, st.scaling_depths, "jax" in names, st.scaling_rounds, st.scaling_target, log)
+        scaling = bench_scaling.run_scaling(
+            st.scaling_sizes, st.scaling_depths, "jax" in names, st.scaling_rounds, st.scaling_target, log
+        )
         if st.instruction_sizes and not args.no_instructions:
             log("instruction counts (callgrind)")
             libs_counted = ["spruce"] + (["jax"] if "jax" in names else [])
             bench_scaling.run_instructions(scaling, st.instruction_sizes, st.instruction_depths, libs_counted, log)
-        mem_libs: list[str] = [n for n in ("spruce", "jax") if n in names] if args.quick else [n for n in names if n in bench_scaling.MEMORY_LIBS]
+        mem_libs: list[str] = (
+            [n for n in ("spruce", "jax") if n in names] if args.quick else [n for n in names if n in bench_scaling.MEMORY_LIBS]
+        )
         log("memory")
         memory = bench_scaling.run_memory(mem_libs, st.memory_shapes, st.memory_n, log)
 

@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         float(jnp.max(jnp.abs(a - b))) for a, b in zip(tree.leaves(via_jax), tree.leaves(via_spruce))
     )
     print(f"largest parameter difference between the two loops: {gap:.2e}")
-    print("types kept:", type(via_spruce.embed).__name__, type(via_spruce.hidden).__module__.split(".")[0], type(via_spruce.head).__name__)
+    hidden_module = type(via_spruce.hidden).__module__.split(".")[0]
+    print("types kept:", type(via_spruce.embed).__name__, hidden_module, type(via_spruce.head).__name__)
     return 0
 
 

@@ -25,24 +25,25 @@ from __future__ import annotations
 
 import os
 
+# Set before JAX is imported (the imports below come after it on purpose).
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 
-import argparse  # noqa: E402  (XLA_FLAGS must be set before JAX is imported)
-import tempfile  # noqa: E402
-from typing import Any  # noqa: E402
+import argparse
+import tempfile
+from typing import Any
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
-from jax.sharding import NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-import spruce  # noqa: E402
-import spruce.io  # noqa: E402
-import spruce.nn as nn  # noqa: E402
-import spruce.sharding as sharding  # noqa: E402
-import spruce.tree as tree  # noqa: E402
+import spruce
+import spruce.io
+import spruce.nn as nn
+import spruce.sharding as sharding
+import spruce.tree as tree
 
 
 class MLP(spruce.Module):
@@ -90,7 +91,9 @@ def make_step(optimizer: optax.GradientTransformation) -> Any:
     return step
 
 
-def train(state: dict[str, Any], mesh: Any, steps: range, xs: np.ndarray[Any, Any], ys: np.ndarray[Any, Any], step_fn: Any) -> tuple[dict[str, Any], list[float]]:
+def train(
+    state: dict[str, Any], mesh: Any, steps: range, xs: np.ndarray[Any, Any], ys: np.ndarray[Any, Any], step_fn: Any
+) -> tuple[dict[str, Any], list[float]]:
     batch = NamedSharding(mesh, P("data"))
     xs_d, ys_d = jax.device_put(xs, batch), jax.device_put(ys, batch)
     model, opt_state = state["model"], state["opt_state"]
@@ -130,7 +133,11 @@ def main() -> None:
     # placement from the same rules on the new mesh.
     mesh_b = sharding.mesh({"data": 4, "model": 2})
     abstract = jax.eval_shape(
-        lambda: {"model": MLP(args.hidden, key=jax.random.key(0)), "opt_state": optimizer.init(MLP(args.hidden, key=jax.random.key(0))), "step": 0}
+        lambda: {
+            "model": MLP(args.hidden, key=jax.random.key(0)),
+            "opt_state": optimizer.init(MLP(args.hidden, key=jax.random.key(0))),
+            "step": 0,
+        }
     )
     abstract["step"] = 0
     restored = spruce.io.load(folder, like=abstract, shardings=sharding.shardings(abstract, mesh_b, RULES))

@@ -13,8 +13,9 @@ the Module directly, its state is a pytree too) or the tutorials' plain SGD step
 ``tree.map(lambda p, g: p - lr * g, model, grads)`` (``--optimizer sgd``).  A rich progress
 bar shows the current loss; the loss is printed at a few checkpoints, then the first and final
 losses and a held-out loss on 256 fresh points.  Everything is drawn from ``--seed`` (the
-data by NumPy, the parameters by ``PRNGKey(seed)``), so the same seed prints the same numbers.  When stdout is not a terminal (a pipe, a test) the bar is
-drawn once, at the end, without control codes.
+data by NumPy, the parameters by ``PRNGKey(seed)``), so the same seed prints the same numbers.
+When stdout is not a terminal (a pipe, a test) the bar is drawn once, at the end, without
+control codes.
 
 Run: ``PYTHONPATH=src python examples/train.py [--steps 400] [--seed 0] [--optimizer adam]``
 (about 3 s).

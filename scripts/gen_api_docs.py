@@ -32,7 +32,10 @@ OUTPUT = ROOT / "docs" / "api.md"
 
 #: the modules documented, in this order; submodules listed in a module's ``__all__`` (such as
 #: ``spruce.models.bert``) get their own section after it
-MODULES = ["spruce", "spruce.tree", "spruce.tree_util", "spruce.jax", "spruce.nn", "spruce.io", "spruce.sharding", "spruce.view", "spruce.models"]
+MODULES = [
+    "spruce", "spruce.tree", "spruce.tree_util", "spruce.jax", "spruce.nn", "spruce.io", "spruce.sharding",
+    "spruce.view", "spruce.models",
+]
 
 HEADER = """\
 # spruce API reference
@@ -240,7 +243,11 @@ class Writer:
                 self.emit(f"#### {member_q}", "", "*property*", "", docstring(member), "")
             else:
                 func = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
-                kind = "*classmethod* " if isinstance(member, classmethod) else "*staticmethod* " if isinstance(member, staticmethod) else ""
+                kind = (
+                    "*classmethod* " if isinstance(member, classmethod)
+                    else "*staticmethod* " if isinstance(member, staticmethod)
+                    else ""
+                )
                 drop = not isinstance(member, staticmethod)
                 self.emit(f"#### {member_q}", "", "```python", f"{name}{signature(func, drop_first=drop)}", "```", "")
                 if kind:
@@ -254,7 +261,11 @@ class Writer:
 
 
 def _is_type_alias(obj: Any) -> bool:
-    return getattr(obj, "__module__", None) == "typing" or type(obj).__module__ == "typing" or type(obj).__name__ == "GenericAlias"
+    return (
+        getattr(obj, "__module__", None) == "typing"
+        or type(obj).__module__ == "typing"
+        or type(obj).__name__ == "GenericAlias"
+    )
 
 
 def _own_dict(cls: type) -> dict[str, Any]:

@@ -56,6 +56,7 @@ _NN_MODULES = ("spruce.nn",)
 # the documented difference; "open" names what still has to change, and where; a label starting
 # with MISSING counts as a name spruce does not have.
 _TORCH = "deliberate: spruce.nn follows PyTorch (spruce.nn docstring; each layer tested against torch.nn): "
+_TORCH_PADDING = _TORCH + "padding 'same' / padding_mode 'circular' in lower case (Equinox: 'SAME', 'CIRCULAR')"
 _EQ = (
     "deliberate: Module equality and hashing are by identity (spruce.Module docstring; compare "
     "contents with spruce.tree_equal), where Equinox's __eq__ compares the trees"
@@ -130,12 +131,13 @@ KNOWN: dict[str, str] = {
     "test_nn.py::test_convtranspose1d": _TORCH + "transposed weight (in, out/groups, *k) and bias (out,)",
     "test_nn.py::test_convtranspose2d": _TORCH + "transposed weight (in, out/groups, *k) and bias (out,)",
     "test_nn.py::test_convtranspose3d": _TORCH + "transposed weight (in, out/groups, *k) and bias (out,)",
-    "test_nn.py::test_conv_circular": _TORCH + "padding 'same' / padding_mode 'circular' in lower case (Equinox: 'SAME', 'CIRCULAR')",
-    "test_nn.py::test_convtranspose_same_padding": _TORCH + "padding 'same' / padding_mode 'circular' in lower case (Equinox: 'SAME', 'CIRCULAR')",
-    "test_nn.py::test_convtranspose_circular": _TORCH + "padding 'same' / padding_mode 'circular' in lower case (Equinox: 'SAME', 'CIRCULAR')",
+    "test_nn.py::test_conv_circular": _TORCH_PADDING,
+    "test_nn.py::test_convtranspose_same_padding": _TORCH_PADDING,
+    "test_nn.py::test_convtranspose_circular": _TORCH_PADDING,
     "test_nn.py::test_group_norm": _TORCH + "GroupNorm(num_groups, num_channels), not Equinox's (groups, channels)",
     "test_nn.py::test_maxpool*": _TORCH + "`ceil_mode=`, not Equinox's `use_ceil=`",
-    "test_nn.py::test_adaptive_*": _TORCH + "adaptive pooling's bins [floor(i*L/n), ceil((i+1)*L/n)), which differ from Equinox's",
+    "test_nn.py::test_adaptive_*": _TORCH
+    + "adaptive pooling's bins [floor(i*L/n), ceil((i+1)*L/n)), which differ from Equinox's",
     "test_nn.py::test_poolpadding": _TORCH + "a pool's padding is symmetric per axis; Equinox's per-side pairs are not taken",
     "test_nn.py::test_poolbackprop": _TORCH + "a pool's padding is symmetric per axis; Equinox's per-side pairs are not taken",
     "test_nn.py::test_rope_embeddings_freqs_cis": f"{MISSING}: equinox.nn.RotaryPositionalEmbedding.precompute_freqs_cis",
@@ -187,7 +189,9 @@ class _Shim(types.ModuleType):
             else:
                 value = _lookup(attr, self._modules)
         except AttributeError:
-            raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r} ({MISSING}: {self.__name__}.{attr})") from None
+            raise AttributeError(
+                f"module {self.__name__!r} has no attribute {attr!r} ({MISSING}: {self.__name__}.{attr})"
+            ) from None
         setattr(self, attr, value)
         return value
 
@@ -299,7 +303,10 @@ def main() -> int:
         scripts = str(pathlib.Path(__file__).resolve().parent)
         (root / "conftest.py").write_text(CONFTEST.format(scripts=scripts))
         collector = _Collector()
-        pytest_args = [str(root / "tests"), "-q", "-p", "no:cacheprovider", "--rootdir", str(root), "-o", "addopts=", "--no-header", "-rN", "--tb=short"]
+        pytest_args = [
+            str(root / "tests"), "-q", "-p", "no:cacheprovider", "--rootdir", str(root),
+            "-o", "addopts=", "--no-header", "-rN", "--tb=short",
+        ]
         if args.k:
             pytest_args += ["-k", args.k]
         pytest.main(pytest_args, plugins=[collector])

@@ -54,7 +54,10 @@ NOT_APPLICABLE: dict[str, str] = {
 _WORDING = "deliberate: message text only (the exception class agrees; spruce names the key path and both sides: README)"
 _UNHASHABLE = "deliberate: unhashable node data (a list aux, a dict subclass) cannot be compared: README, last item"
 _DICT_ORDER = "deliberate: a rebuilt dict keeps the input's insertion order: README, first item"
-_IS_LEAF_TAKES_PATH = "open (a regression: these passed): is_leaf_takes_path= of the *_with_path functions (_tree/_traverse.py, _tree/_walker.py)"
+_IS_LEAF_TAKES_PATH = (
+    "open (a regression: these passed): is_leaf_takes_path= of the *_with_path functions "
+    "(_tree/_traverse.py, _tree/_walker.py)"
+)
 _TO_JAX = (
     "open (a regression: these passed): a spruce registration is unknown to jax.jit (spruce -> JAX "
     "registration: _tree/_registry.py and src/spruce/_jax_bridge.py)"
@@ -80,7 +83,8 @@ KNOWN: dict[str, str] = {
         "deliberate: transpose checks node by node and this class changes its node data when "
         "rebuilt (spruce.tree.transpose docstring; README)"
     ),
-    "TreeTest.testTranspose": "deliberate: unhashable node data (AnObject), or node data that changes when rebuilt (FlatCache): README",
+    "TreeTest.testTranspose":
+        "deliberate: unhashable node data (AnObject), or node data that changes when rebuilt (FlatCache): README",
     "TreeTest.testDictKeysSortable": "deliberate: keys that do not compare are ordered by (type, key): README, first item",
     "TreeTest.testFlattenDictKeyOrder": _DICT_ORDER,
     "TreeTest.testFlattenDefaultDictKeyOrder": _DICT_ORDER,
@@ -173,13 +177,13 @@ def main() -> int:
     print(f"JAX tree_util tests against spruce.tree_util ({args.test_file}):")
     print(f"  passed {len(passed)}, failed {len(failed)}, not applicable {len(na)}, skipped by JAX {len(skipped)}")
     if args.verbose:
-        for test_id, outcome, _ in passed:
+        for test_id, _, _ in passed:
             print(f"  passed  {test_id}")
     print("not applicable:")
-    for test_id, outcome, line in na:
+    for test_id, outcome, _ in na:
         print(f"  {test_id} [{outcome}]: {_match(test_id, NOT_APPLICABLE)}")
     groups: dict[str, list[str]] = {}
-    for test_id, outcome, line in failed:
+    for test_id, _, line in failed:
         why = _match(test_id, KNOWN)
         label = why or f"UNCLASSIFIED: {line}"
         groups.setdefault(label, []).append(test_id.split(".", 1)[1])

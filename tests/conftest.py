@@ -46,6 +46,29 @@ _JAX_CACHE = tempfile.mkdtemp(prefix="spruce-tests-jax-cache-")
 os.environ["SPRUCE_JAX_CACHE"] = _JAX_CACHE
 
 
+# The doctests of src/spruce (run with --doctest-modules) that take more than about 2 s, marked slow
+# here as a test function is with @pytest.mark.slow (a docstring cannot carry a mark): each loads a
+# model or compiles layers.
+SLOW_DOCTESTS = frozenset([
+    "spruce.models.crepe.Crepe",
+    "spruce.models.minilm.encode",
+    "spruce.nn._conv.Conv2d",
+    "spruce.nn._conv.ConvTranspose1d",
+    "spruce.nn._conv.ConvTranspose2d",
+    "spruce.nn._conv.ConvTranspose3d",
+    "spruce.nn._linear.MLP",
+    "spruce.nn._rnn.GRUCell",
+    "spruce.nn._rope.RotaryPositionalEmbedding",
+])
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects
+def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
+    for item in items:
+        if item.name in SLOW_DOCTESTS and type(item).__name__ == "DoctestItem":
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_unconfigure(config):  # type: ignore[no-untyped-def]
     shutil.rmtree(_JAX_CACHE, ignore_errors=True)
 

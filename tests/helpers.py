@@ -454,7 +454,7 @@ def same_leaf(a: Any, b: Any) -> bool:
 def _safe_eq(a: Any, b: Any) -> bool:
     try:
         return bool(a == b)
-    except Exception:  # noqa: BLE001 - arrays and friends; identity was checked already
+    except Exception:  # arrays and friends; identity was checked already
         return False
 
 

@@ -26,9 +26,7 @@ from safetensors.numpy import load_file
 import spruce
 import spruce.io as sio
 import spruce.sharding as sh
-from spruce.io import CheckpointError, MismatchError
-from spruce.io import _sharded
-
+from spruce.io import CheckpointError, MismatchError, _sharded
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -173,7 +171,10 @@ def test_on_indivisible_replicate(mesh24: Any) -> None:
 
 def test_unknown_mesh_axis(mesh24: Any) -> None:
     rules = sh.Rules([("embed", P("tensor")), ("**", None)])
-    with pytest.raises(sh.ShardingError, match=r"^key path 'embed': the spec .* names mesh axis 'tensor', which the mesh \{'data': 2, 'model': 4\} does not have"):
+    with pytest.raises(
+        sh.ShardingError, match=r"^key path 'embed': the spec .* names mesh axis 'tensor', which the mesh "
+                                r"\{'data': 2, 'model': 4\} does not have"
+    ):
         sh.shardings(_tree(), mesh24, rules)
 
 
@@ -204,7 +205,9 @@ def test_filter_shard_places_arrays_and_passes_the_rest(mesh24: Any) -> None:
     # one sharding for everything, a prefix with None (left alone), and a Device
     whole = filter_shard(tree, NamedSharding(mesh24, P()))
     assert all(x.sharding.spec == P() for x in jax.tree.leaves(whole) if isinstance(x, jax.Array))
-    prefix = filter_shard(tree, {"embed": NamedSharding(mesh24, P(None, None)), "layers": None, "scale": None, "step": None, "name": None})
+    prefix = filter_shard(
+        tree, {"embed": NamedSharding(mesh24, P(None, None)), "layers": None, "scale": None, "step": None, "name": None}
+    )
     assert isinstance(prefix["embed"], jax.Array) and isinstance(prefix["layers"][0]["attn"]["query_proj"].kernel, np.ndarray)
     dev = jax.devices()[5]
     one = filter_shard(tree, dev)
@@ -220,13 +223,25 @@ def test_filter_shard_bad_shardings_name_the_key_path(mesh24: Any) -> None:
     from spruce.jax import filter_shard
 
     tree = {"w": np.ones((6, 4), np.float32), "b": [np.ones(4, np.float32)]}
-    with pytest.raises(ValueError, match=r"^filter_shard: the leaf at key path \['w'\] \(shape \(6, 4\), float32\) does not fit its sharding .*spec=P\('model',\)"):
+    with pytest.raises(
+        ValueError, match=r"^filter_shard: the leaf at key path \['w'\] \(shape \(6, 4\), float32\) does not fit its sharding "
+                          r".*spec=P\('model',\)"
+    ):
         filter_shard(tree, {"w": NamedSharding(mesh24, P("model")), "b": None})  # 6 % 4
-    with pytest.raises(ValueError, match=r"filter_shard: the shardings must be .* prefix .*; at key path \['b'\]: expected a tuple of length 1, got a list of length 1"):
+    with pytest.raises(
+        ValueError, match=r"filter_shard: the shardings must be .* prefix .*; at key path \['b'\]: expected a tuple of length "
+                          r"1, got a list of length 1"
+    ):
         filter_shard(tree, {"w": None, "b": (None,)})
-    with pytest.raises(ValueError, match=r"at key path <root>: expected a dict with keys \['w'\], got a dict with keys \['b', 'w'\]; extra key\(s\) \['b'\]"):
+    with pytest.raises(
+        ValueError, match=r"at key path <root>: expected a dict with keys \['w'\], got a dict with keys \['b', 'w'\]; extra "
+                          r"key\(s\) \['b'\]"
+    ):
         filter_shard(tree, {"w": None})
-    with pytest.raises(TypeError, match=r"^filter_shard: the sharding at key path \['b'\]\[0\] must be a jax.sharding.Sharding, a jax.Device or None, got P .*NamedSharding\(mesh, spec\)"):
+    with pytest.raises(
+        TypeError, match=r"^filter_shard: the sharding at key path \['b'\]\[0\] must be a jax.sharding.Sharding, a jax.Device "
+                         r"or None, got P .*NamedSharding\(mesh, spec\)"
+    ):
         filter_shard(tree, {"w": None, "b": [P("model")]})
 
 
@@ -258,7 +273,8 @@ def test_filter_jit_in_and_out_shardings(mesh24: Any) -> None:
     )
     for _ in range(2):  # the first call compiles, the second takes the cached entry
         new, aux = f(params, x)
-        for a, b in [(new["w"], plain_new["w"]), (new["b"], plain_new["b"]), (aux["loss"], plain_aux["loss"]), (aux["y"], plain_aux["y"])]:
+        for a, b in [(new["w"], plain_new["w"]), (new["b"], plain_new["b"]), (aux["loss"], plain_aux["loss"]),
+                     (aux["y"], plain_aux["y"])]:
             # the unsharded call's values: a partitioned matmul or mean may add in another order,
             # so the last bits can differ (they do on jax 0.12), within float32 rounding
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
@@ -292,22 +308,41 @@ def test_filter_jit_bad_shardings_name_the_key_path(mesh24: Any) -> None:
 
     S = NamedSharding(mesh24, P())
     params, x = _step_inputs()
-    with pytest.raises(ValueError, match=r"^filter_jit\(_step_fn\): in_shardings: the shardings must be .*; at key path args: expected a tuple of length 1, got a tuple of length 2"):
+    with pytest.raises(
+        ValueError, match=r"^filter_jit\(_step_fn\): in_shardings: the shardings must be .*; at key path args: expected a "
+                          r"tuple of length 1, got a tuple of length 2"
+    ):
         filter_jit(_step_fn, in_shardings=({"w": S},))(params, x)
-    with pytest.raises(ValueError, match=r"in_shardings: .*at key path args\[0\]: expected a dict with keys \['w'\], got a dict with keys \['act', 'b', 'w'\]"):
+    with pytest.raises(
+        ValueError, match=r"in_shardings: .*at key path args\[0\]: expected a dict with keys \['w'\], got a dict with keys "
+                          r"\['act', 'b', 'w'\]"
+    ):
         filter_jit(_step_fn, in_shardings=({"w": S}, None))(params, x)
-    with pytest.raises(ValueError, match=r"^filter_jit\(_step_fn\): out_shardings: .*at key path output\[1\]: expected a tuple of length 2, got a dict"):
+    with pytest.raises(
+        ValueError, match=r"^filter_jit\(_step_fn\): out_shardings: .*at key path output\[1\]: expected a tuple of length 2, "
+                          r"got a dict"
+    ):
         filter_jit(_step_fn, out_shardings=(None, (S, S)))(params, x)
-    with pytest.raises(TypeError, match=r"in_shardings: the sharding at key path args\[1\] must be a jax.sharding.Sharding, a jax.Device or None, got P"):
+    with pytest.raises(
+        TypeError, match=r"in_shardings: the sharding at key path args\[1\] must be a jax.sharding.Sharding, a jax.Device or "
+                         r"None, got P"
+    ):
         filter_jit(_step_fn, in_shardings=(None, P("data")))(params, x)
     # a sharding that does not fit its argument: JAX's error, with the argument's key path
-    with pytest.raises(ValueError, match=r"^filter_jit: argument args\[1\]: One of pjit arguments is incompatible with its sharding .* rank at least 3"):
+    with pytest.raises(
+        ValueError, match=r"^filter_jit: argument args\[1\]: One of pjit arguments is incompatible with its sharding .* rank "
+                          r"at least 3"
+    ):
         filter_jit(_step_fn, in_shardings=(None, NamedSharding(mesh24, P("model", "data", None))))(params, x)
     with pytest.raises(ValueError, match=r"^filter_jit: argument args\[0\]\['w'\]: One of pjit arguments is incompatible"):
-        filter_jit(_step_fn, in_shardings=({"w": NamedSharding(mesh24, P("model", "data", None)), "b": None, "act": None}, None))(params, x)
+        filter_jit(_step_fn,
+                   in_shardings=({"w": NamedSharding(mesh24, P("model", "data", None)), "b": None, "act": None}, None))(params, x)
     # an argument committed to another sharding than in_shardings asks: JAX's error, named
     placed = jax.device_put(x, NamedSharding(mesh24, P("model")))
-    with pytest.raises(ValueError, match=r"^filter_jit: argument args\[1\] is committed to a sharding other than its in_shardings entry .*does not match the sharding"):
+    with pytest.raises(
+        ValueError, match=r"^filter_jit: argument args\[1\] is committed to a sharding other than its in_shardings entry "
+                          r".*does not match the sharding"
+    ):
         filter_jit(_step_fn, in_shardings=(None, NamedSharding(mesh24, P("data"))))(params, placed)
 
 
@@ -315,13 +350,18 @@ def test_filter_jit_sharding_errors_name_the_argument_output_or_module(mesh24: A
     from spruce.jax import filter_jit
 
     S = NamedSharding(mesh24, P("model"))  # 4 ways: does not divide 3
-    with pytest.raises(ValueError, match=r"^filter_jit: the in_shardings entry for argument args\[1\]\['w'\] \(shape \(3,\)\) does not divide it: "):
+    with pytest.raises(
+        ValueError, match=r"^filter_jit: the in_shardings entry for argument args\[1\]\['w'\] \(shape \(3,\)\) does not divide "
+                          r"it: "
+    ):
         filter_jit(lambda q, p: p["w"] * 2, in_shardings=(None, {"w": S}))(np.ones(8), {"w": np.ones(3)})
     with pytest.raises(ValueError, match=r"^filter_jit: an output of shape \(3,\) does not fit its out_shardings entry: "):
         filter_jit(lambda a: {"k": a[:3]}, out_shardings={"k": S})(np.ones(8))
     with pytest.raises(ValueError, match=r"^filter_jit: the output \(one array\) is incompatible with its sharding annotation"):
         filter_jit(lambda a: a.sum(), out_shardings=S)(np.ones(8))
-    with pytest.raises(ValueError, match=r"the function returns a single array, so out_shardings must be one Sharding \(or None\), not a tuple"):
+    with pytest.raises(
+        ValueError, match=r"the function returns a single array, so out_shardings must be one Sharding \(or None\), not a tuple"
+    ):
         filter_jit(lambda a: a * 2, out_shardings=(S, S))(np.ones(8))
     with pytest.raises(ValueError, match=r"at key path output\['k'\]: expected a dict with keys \['x'\], got an array"):
         filter_jit(lambda a: {"k": a}, out_shardings={"k": {"x": S}})(np.ones(8))
@@ -372,7 +412,9 @@ def test_specs_cache_sees_a_split_that_stops_dividing(mesh24: Any) -> None:
     assert sh.specs({"w": a, "b": a}, rules, mesh=mesh24) == {"w": P(None), "b": P()}
     strict = sh.Rules([("w", P("model")), ("**", None)])
     assert sh.specs({"w": np.zeros((4, 2))}, strict, mesh=mesh24) == {"w": P("model")}
-    with pytest.raises(sh.ShardingError, match=r"dimension 0 of shape \(6, 2\) has length 6, which mesh axis 'model' of size 4 does not divide"):
+    with pytest.raises(
+        sh.ShardingError, match=r"dimension 0 of shape \(6, 2\) has length 6, which mesh axis 'model' of size 4 does not divide"
+    ):
         sh.specs({"w": np.zeros((6, 2))}, strict, mesh=mesh24)
 
 
@@ -422,9 +464,15 @@ def test_filter_shard_of_shape_dtype_structs_checks_the_split(mesh24: Any) -> No
     with pytest.raises(ValueError, match=r"^filter_shard: the leaf at key path \['w'\] " + why):
         filter_shard({"w": np.ones((6, 4), np.float32), "b": None}, {"w": S, "b": None})  # the same for an array
     both = NamedSharding(mesh24, P(("data", "model")))
-    with pytest.raises(ValueError, match=r"^filter_shard: the leaf at key path \['b'\]\[0\] .*; dimension 0 of shape \(4,\) has length 4, which mesh axis 'data' of size 2 x 'model' of size 4 does not divide"):
+    with pytest.raises(
+        ValueError, match=r"^filter_shard: the leaf at key path \['b'\]\[0\] .*; dimension 0 of shape \(4,\) has length 4, "
+                          r"which mesh axis 'data' of size 2 x 'model' of size 4 does not divide"
+    ):
         filter_shard({"b": [jax.ShapeDtypeStruct((4,), np.float32)]}, both)
-    with pytest.raises(ValueError, match=r"^filter_shard: the leaf at the root \(shape \(8,\), float32\) does not fit its sharding .*rank at least 2"):
+    with pytest.raises(
+        ValueError, match=r"^filter_shard: the leaf at the root \(shape \(8,\), float32\) does not fit its sharding .*rank at "
+                          r"least 2"
+    ):
         filter_shard(jax.ShapeDtypeStruct((8,), np.float32), NamedSharding(mesh24, P(None, "model")))
     out = filter_shard(abstract, {"w": NamedSharding(mesh24, P(None, "model")), "b": S})
     assert out["w"].sharding == NamedSharding(mesh24, P(None, "model")) and out["w"].shape == (6, 4)
@@ -447,7 +495,8 @@ def test_fsdp_keeps_about_one_copy(mesh24: Any) -> None:
     assert rows["embeddings.position_embeddings.weight"].spec == P(("data", "model"))  # 512 > 384
     assert rows["layers.0.attention_norm.bias"].spec == P()  # 384 < min_size
     # dim 0 or replicate only: ~4.6x
-    dim0 = sh.Rules([("embeddings.word_embeddings.weight", P()), ("re:.*(weight)", P("model")), ("**", None)], on_indivisible="replicate")
+    dim0 = sh.Rules([("embeddings.word_embeddings.weight", P()), ("re:.*(weight)", P("model")), ("**", None)],
+                    on_indivisible="replicate")
     assert sum(sh.explain(model, mesh24, dim0).bytes_per_device.values()) / e.total_bytes > 4
 
 
@@ -476,7 +525,9 @@ def test_each_distinct_shard_written_once(tmp_path: Any, mesh24: Any) -> None:
     stored = load_file(os.path.join(d, piece))  # a plain safetensors file
     # embed: 4 distinct row blocks (replicated over 'data'); kernels: 2 blocks each; the
     # replicated bias and scale: once each
-    assert sorted(k for k in stored if k.startswith("embed")) == ["embed[0:4,0:6]", "embed[12:16,0:6]", "embed[4:8,0:6]", "embed[8:12,0:6]"]
+    assert sorted(k for k in stored if k.startswith("embed")) == [
+        "embed[0:4,0:6]", "embed[12:16,0:6]", "embed[4:8,0:6]", "embed[8:12,0:6]"
+    ]
     assert sorted(k for k in stored if k.startswith("layers.0")) == [
         "layers.0.attn.query_proj.bias", "layers.0.attn.query_proj.kernel[0:2,0:6]", "layers.0.attn.query_proj.kernel[2:4,0:6]"
     ]
@@ -529,7 +580,10 @@ def test_restore_onto_other_meshes(tmp_path: Any, mesh24: Any, mesh8: Any) -> No
     prefix = {"embed": NamedSharding(mesh8, P("x")), "layers": None, "scale": None, "step": None, "name": None}
     mixed = sio.load(d, like, shardings=prefix)
     assert isinstance(mixed["embed"], jax.Array) and isinstance(mixed["layers"][0]["attn"]["query_proj"].kernel, np.ndarray)
-    with pytest.raises(ValueError, match=r"load: the shardings must be .* a prefix of the structure of like; at key path like: expected a dict with keys \['embed'\]"):
+    with pytest.raises(
+        ValueError, match=r"load: the shardings must be .* a prefix of the structure of like; at key path like: expected a "
+                          r"dict with keys \['embed'\]"
+    ):
         sio.load(d, like, shardings={"embed": one})
 
 
@@ -668,7 +722,8 @@ def test_corrupt_shape_lies(tmp_path: Any, mesh24: Any) -> None:
         idx["tensors"]["embed"]["shape"] = [20, 6]
 
     d, piece = _corrupt(tmp_path, mesh24, edit)
-    _raises(d, rf"tensor 'embed': its slices cover 96 of its 120 elements \(shape \[20, 6\]; pieces \['{piece}'\]\): the checkpoint is incomplete")
+    _raises(d, rf"tensor 'embed': its slices cover 96 of its 120 elements \(shape \[20, 6\]; pieces \['{piece}'\]\): "
+               r"the checkpoint is incomplete")
 
 
 def test_corrupt_slice_differs_from_block(tmp_path: Any, mesh24: Any) -> None:
@@ -676,7 +731,8 @@ def test_corrupt_slice_differs_from_block(tmp_path: Any, mesh24: Any) -> None:
         idx["tensors"]["embed"]["slices"][0][2] = [[0, 3], [0, 6]]
 
     d, piece = _corrupt(tmp_path, mesh24, edit)
-    _raises(d, rf"tensor 'embed': the index says the slice \[0:3, 0:6\] \(shape \[3, 6\], float32\) is the block 'embed\[0:4,0:6\]' of '{piece}', which is float32\[4, 6\]")
+    _raises(d, r"tensor 'embed': the index says the slice \[0:3, 0:6\] \(shape \[3, 6\], float32\) "
+               rf"is the block 'embed\[0:4,0:6\]' of '{piece}', which is float32\[4, 6\]")
 
 
 def test_corrupt_dtype_lies(tmp_path: Any, mesh24: Any) -> None:
@@ -734,7 +790,8 @@ def test_corrupt_index_not_json(tmp_path: Any, mesh24: Any) -> None:
         f.write('{"format": "spruce.sharded", ')
     _raises(d, r"corrupted index: index.json is not JSON")
     with open(os.path.join(d, "index.json"), "w") as f:
-        json.dump({"format": "spruce.sharded", "version": 1, "metadata": {}, "tensors": {"a": {"dtype": "F32", "shape": [2], "slices": "x"}}}, f)
+        json.dump({"format": "spruce.sharded", "version": 1, "metadata": {},
+                   "tensors": {"a": {"dtype": "F32", "shape": [2], "slices": "x"}}}, f)
     _raises(d, r"corrupted index: tensor 'a' has no slices")
 
 

@@ -177,7 +177,7 @@ def test_unregistered_class_is_a_leaf_in_spruce_and_an_error_in_jax() -> None:
     st.unregister(Dropped)
     d = Dropped(1)
     assert st.leaves([d]) == [d]
-    with pytest.raises(TypeError, match="spruce.tree.unregister"):
+    with pytest.raises(TypeError, match=r"spruce\.tree\.unregister"):
         jtu.tree_leaves([d])
 
 

@@ -24,7 +24,7 @@ def test_compiled_flag_matches_expectation(expect: str | None) -> None:
 
 
 def test_compiled_flag_agrees_with_loaded_modules() -> None:
-    import spruce.tree  # noqa: F401 - loads the engine
+    import spruce.tree  # loads the engine
 
     files = [
         getattr(m, "__file__", None) or ""

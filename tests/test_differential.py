@@ -260,7 +260,7 @@ def test_is_leaf_takes_path_matches_jax(tree: Any) -> None:
 
 def test_is_leaf_takes_path_on_fixed_trees() -> None:
     tree = {"a": [1, 2], "b": {"a": 3, "c": (4, [5, 6])}}
-    leaf_at = lambda path, x: path == (st.DictKey("b"), st.DictKey("c"))  # noqa: E731
+    leaf_at = lambda path, x: path == (st.DictKey("b"), st.DictKey("c"))
     pairs, treedef = st.flatten_with_path(tree, leaf_at, is_leaf_takes_path=True)
     assert [(st.keystr(p), x) for p, x in pairs] == [
         ("['a'][0]", 1), ("['a'][1]", 2), ("['b']['a']", 3), ("['b']['c']", (4, [5, 6])),

@@ -3,8 +3,8 @@ English and the Korean tutorial, described in examples/README.md): every script 
 interpreter and what it prints is checked — against the English tutorial's own output text
 where the tutorial prints it, and otherwise against an independent float64 computation in
 this file.  Printed text is compared with ``helpers.assert_text_close``: structure, names,
-shapes and dtypes character for character, the float32 numbers that XLA computed to within a tolerance (their last digits depend on the
-processor; see conftest.py).
+shapes and dtypes character for character, the float32 numbers that XLA computed to within a
+tolerance (their last digits depend on the processor; see conftest.py).
 
 The ``SEED_*`` strings are copied verbatim from the English tutorial's notebook (the outputs
 of its cells); they are the reference the scripts are held to.  The tutorial was produced with
@@ -361,6 +361,7 @@ def module_leaves_as_params(leaves: list[Any]) -> dict[str, dict[str, Any]]:
 # ------------------------------------------------------------------- nn_dict_params.py
 
 
+@pytest.mark.slow
 def test_dict_params_print_the_seeds_values(runs: Any) -> None:
     out = stdout_of(runs, "dict")
     assert_text_close(section(out, "params"), SEED_PARAMS)
@@ -374,6 +375,7 @@ def test_dict_params_print_the_seeds_values(runs: Any) -> None:
     assert_text_close(section(out, "the same SGD step with the tutorial's printed gradient"), SEED_NEW_PARAMS)
 
 
+@pytest.mark.slow
 def test_dict_params_loss_and_gradients_are_right(runs: Any) -> None:
     """The values that depend on this script's ys, checked against float64 NumPy and finite
     differences computed here from the printed params, xs and ys."""
@@ -412,6 +414,7 @@ def test_dict_params_loss_and_gradients_are_right(runs: Any) -> None:
     assert worst < 1e-6
 
 
+@pytest.mark.slow
 def test_dict_params_say_where_the_data_differs(runs: Any) -> None:
     body = section(stdout_of(runs, "dict"), "where the data differs from the tutorial")
     assert "(pred - ys).shape (10, 10)" in body
@@ -451,6 +454,7 @@ def _example(name: str) -> ModuleType:
     return importlib.import_module(name)
 
 
+@pytest.mark.slow
 def test_seed_losses_and_gradients_follow_from_two_moments(legacy_threefry: None) -> None:
     """Any ys with the tutorial's mean and mean square stands in for its hidden ys: the scripts'
     functions then give the tutorial's other printed losses and gradients (to float32 rounding)."""
@@ -475,6 +479,7 @@ def test_seed_losses_and_gradients_follow_from_two_moments(legacy_threefry: None
 # --------------------------------------------------------------- nn_namedtuple_params.py
 
 
+@pytest.mark.slow
 def test_namedtuple_params_print_the_seeds_values(runs: Any) -> None:
     out = stdout_of(runs, "namedtuple")
     assert_text_close(section(out, "params"), SEED_NT_PARAMS)
@@ -491,6 +496,7 @@ def test_namedtuple_params_print_the_seeds_values(runs: Any) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_namedtuple_params_loss_matches_the_dict_version(runs: Any) -> None:
     out = stdout_of(runs, "namedtuple")
     text, _, check = section(out, "loss(params, xs, ys)").partition("\nthe gradient is ")
@@ -512,6 +518,7 @@ def test_namedtuple_params_loss_matches_the_dict_version(runs: Any) -> None:
 # ----------------------------------------------------------------------- seed_equinox.py
 
 
+@pytest.mark.slow
 def test_equinox_module_prints_the_seeds_values(runs: Any) -> None:
     out = stdout_of(runs, "equinox")
     assert section(out, "model") == SEED_MODEL
@@ -530,6 +537,7 @@ def test_equinox_module_prints_the_seeds_values(runs: Any) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_equinox_module_loss_and_gradient_are_right(runs: Any) -> None:
     out = stdout_of(runs, "equinox")
     body = section(out, "v, g = loss(model, xs, ys)")
@@ -553,6 +561,7 @@ def test_equinox_module_loss_and_gradient_are_right(runs: Any) -> None:
 # ----------------------------------------------------------- transformer_block_params.py
 
 
+@pytest.mark.slow
 def test_transformer_block_parameter_count(runs: Any) -> None:
     out = stdout_of(runs, "block")
     body = section(out, "transformer block (d = 64)")
@@ -580,6 +589,7 @@ def test_transformer_block_parameter_count(runs: Any) -> None:
     assert "  weight=f32[256,64]," in module  # eval_shape's leaves print as shapes
 
 
+@pytest.mark.slow
 def test_transformer_block_tree_map_section(runs: Any) -> None:
     out = stdout_of(runs, "block")
     assert section(out, "containers are pytrees").split("\n")[4] == (
@@ -599,6 +609,7 @@ def test_transformer_block_count_by_hand(d: int) -> None:
 # ------------------------------------------------------------------------- seed_pytrees.py
 
 
+@pytest.mark.slow
 def test_seed_pytrees_runs(runs: Any) -> None:
     out = stdout_of(runs, "pytrees")
     assert "PyTreeDef({'tree1': {'a': *, 'b': *, 'c': *}, 'tree2': {'a': *, 'b': (*, *, *), 'c': *}})" in out
@@ -619,6 +630,7 @@ def _losses(out: str) -> tuple[dict[int, float], float, float]:
     return steps, float(final[1]), float(held_out[1])
 
 
+@pytest.mark.slow
 def test_train_loss_falls(runs: Any) -> None:
     out = stdout_of(runs, "train")
     assert "\x1b" not in out  # not a terminal: no control codes
@@ -632,6 +644,7 @@ def test_train_loss_falls(runs: Any) -> None:
     assert held_out < 0.2 * steps[0]  # it generalises to fresh points
 
 
+@pytest.mark.slow
 def test_train_is_deterministic(runs: Any) -> None:
     def lines_but_bar(out: str) -> list[str]:  # every line but the bar's (it shows the elapsed time)
         return [line for line in out.split("\n") if "━" not in line]
@@ -639,6 +652,7 @@ def test_train_is_deterministic(runs: Any) -> None:
     assert lines_but_bar(stdout_of(runs, "train")) == lines_but_bar(stdout_of(runs, "train_again"))
 
 
+@pytest.mark.slow
 def test_train_with_the_seeds_sgd_step(runs: Any) -> None:
     out = stdout_of(runs, "train_sgd")
     assert out.startswith("SimpleNN(3, 16, 1), sgd, lr 0.1, 200 steps, seed 3\n")
@@ -650,6 +664,7 @@ def test_train_with_the_seeds_sgd_step(runs: Any) -> None:
 # ------------------------------------------------------------------- mixed_jax_world.py
 
 
+@pytest.mark.slow
 def test_mixed_world_trains_the_same_through_jax_jit_and_filter_jit(runs: Any) -> None:
     out = stdout_of(runs, "mixed")
     lines = out.splitlines()

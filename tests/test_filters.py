@@ -201,7 +201,7 @@ def test_tree_at_cost_is_proportional_to_the_path() -> None:
     assert (new[2].values[0], new[99].values[99]) == (200.5, 9999.5)
     # a deep chain: only the nodes on the path are visited
     deep: Any = "leaf"
-    for i in range(50):
+    for _ in range(50):
         deep = _Branch((deep, _Branch(tuple(range(10)))))
     _Branch.flattens = 0
     out = spruce.tree_at(lambda t: t.values[0].values[0].values[1].values[3], deep, "x")
@@ -254,7 +254,7 @@ def test_tree_at_more_positions_dicts_root_and_is_leaf() -> None:
     assert spruce.tree_at(lambda t: t, None, 0) == 0
     # is_leaf: an accepted subtree is a place, but where cannot look into it
     pairs = [[1, 2], [3, [4, 5]]]
-    two = lambda x: isinstance(x, list) and len(x) == 2 and all(type(v) is int for v in x)  # noqa: E731
+    two = lambda x: isinstance(x, list) and len(x) == 2 and all(type(v) is int for v in x)
     assert spruce.tree_at(lambda t: t[1][1], pairs, "p", is_leaf=two) == [[1, 2], [3, "p"]]
     with pytest.raises(TypeError) as info:
         spruce.tree_at(lambda t: t[0][0], pairs, "p", is_leaf=two)
@@ -283,7 +283,9 @@ def test_assert_tree_equal_names_the_path_and_index() -> None:
     k1, k2 = jax.random.split(KEY)
     m = nn.Sequential([nn.Linear(2, 2, key=k1), nn.Linear(2, 2, key=k2)])
     other = spruce.tree_at(lambda s: s.layers[1].weight, m, replace_fn=lambda w: w.at[1, 0].set(9.0))
-    with pytest.raises(AssertionError, match=r"leaf \.layers\[1\]\.weight of tree 1 differs from tree 0: values differ at index \(1, 0\)"):
+    with pytest.raises(
+        AssertionError, match=r"leaf \.layers\[1\]\.weight of tree 1 differs from tree 0: values differ at index \(1, 0\)"
+    ):
         spruce.assert_tree_equal(m, other)
     with pytest.raises(AssertionError, match="different structure"):
         spruce.assert_tree_equal([1], [1, 2])
@@ -328,7 +330,7 @@ def test_summary_of_a_module_with_depth_limit() -> None:
 
 def test_summary_counts_a_model_built_with_eval_shape_like_the_real_one() -> None:
     # Counting a model's parameters without allocating it: the leaves are jax.ShapeDtypeStruct.
-    make = lambda: nn.MLP(64, 10, 128, 3, key=jax.random.key(0))  # noqa: E731
+    make = lambda: nn.MLP(64, 10, 128, 3, key=jax.random.key(0))
     shapes, real = jax.eval_shape(make), make()
     assert type(shapes.layers[0].weight) is jax.ShapeDtypeStruct
     n = (64 * 128 + 128) + 2 * (128 * 128 + 128) + (128 * 10 + 10)

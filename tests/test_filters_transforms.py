@@ -6,17 +6,16 @@ import copy
 from collections import OrderedDict, deque, namedtuple
 from typing import Any, Callable
 
-import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import helpers
 import spruce
-from spruce.jax import _split
 import spruce.nn as nn
 import spruce.tree as st
-from spruce.jax import filter_grad, filter_jit, filter_value_and_grad, filter_vmap
+from spruce.jax import _split, filter_grad, filter_jit, filter_value_and_grad, filter_vmap
 
 KEY = jax.random.PRNGKey(0)
 

@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 
 import spruce.io as sio
-from spruce.io import CheckpointError
 from io_helpers import assert_same, read_bytes, umask, write_bytes
-
+from spruce.io import CheckpointError
 
 # ================================================================================================
 # Atomic writes

@@ -18,11 +18,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import run_python
 
 import spruce.io as sio
-from spruce.io import CheckpointError, MismatchError
-from spruce.io import _files
+from helpers import run_python
+from spruce.io import CheckpointError, MismatchError, _files
 
 # -- a directory that is not a sharded checkpoint ----------------------------------------------------
 
@@ -64,7 +63,9 @@ def test_dtype_mismatch_suggests_dtype_like(tmp_path: Any) -> None:
     with pytest.raises(MismatchError) as info:
         sio.load(path, like, dtype="like")
     assert "would cast" not in str(info.value) and "s: like has float64[5]" in str(info.value)
-    with pytest.raises(MismatchError, match=r"\(loaded as float16 by dtype=float16\); dtype='like' would cast 'w' to like's dtype$"):
+    with pytest.raises(
+        MismatchError, match=r"\(loaded as float16 by dtype=float16\); dtype='like' would cast 'w' to like's dtype$"
+    ):
         sio.load(path, {"w": np.zeros(3, np.float32)}, dtype=np.float16, strict=False)
     # and the hint is right: dtype='like' loads what it names
     got = sio.load(path, {**like, "s": np.zeros(4, np.float64)}, dtype="like")
@@ -87,10 +88,15 @@ def test_name_mismatch_after_rename_lists_the_renamed_names(tmp_path: Any) -> No
     # a name rename kept is shown once; a function's results too
     with pytest.raises(MismatchError, match=r"not in like: 'enc\.x' \(names as rename= gave them;"):
         sio.load(path, like, rename={"w": "w"})
-    with pytest.raises(MismatchError, match=r"not in like: 'ENC\.X' \(stored as 'enc\.x'\), 'ENC\.Y' \(stored as 'enc\.y'\), 'W' \(stored as 'w'\) "):
+    with pytest.raises(
+        MismatchError, match=r"not in like: 'ENC\.X' \(stored as 'enc\.x'\), 'ENC\.Y' \(stored as 'enc\.y'\), 'W' \(stored as "
+                             r"'w'\) "
+    ):
         sio.load(path, like, rename=str.upper)
     # without rename=, the advice is to pass one
-    with pytest.raises(MismatchError, match=r"not in like: 'enc\.x' \(pass rename= to map names, or strict=False to load what matches\)$"):
+    with pytest.raises(
+        MismatchError, match=r"not in like: 'enc\.x' \(pass rename= to map names, or strict=False to load what matches\)$"
+    ):
         sio.load(path, like)
 
 

@@ -57,7 +57,9 @@ def test_save_refuses_a_function_leaf_and_names_skip_code(tmp_path: pathlib.Path
     with pytest.raises(ValueError) as caught:
         sio.save(str(tmp_path / "n.safetensors"), make_net())
     text = str(caught.value)
-    assert text.startswith("save: the leaf at key path .mlp.activation cannot be saved: the function relu (custom_jvp) is code, not data")
+    assert text.startswith(
+        "save: the leaf at key path .mlp.activation cannot be saved: the function relu (custom_jvp) is code, not data"
+    )
     assert "save(..., skip_code=True) leaves code out, and load(path, like=...) takes it from like" in text
     assert not os.listdir(tmp_path)
 
@@ -67,7 +69,9 @@ def test_skip_code_round_trip_through_like(fmt: str, tmp_path: pathlib.Path) -> 
     model = make_net()
     path = str(tmp_path / f"n.{fmt}")
     sio.save(path, model, skip_code=True)
-    assert list(sio.read_header(path)) == ["mlp.layers.0.weight", "mlp.layers.0.bias", "mlp.layers.1.weight", "mlp.layers.1.bias", "scale"]
+    assert list(sio.read_header(path)) == [
+        "mlp.layers.0.weight", "mlp.layers.0.bias", "mlp.layers.1.weight", "mlp.layers.1.bias", "scale"
+    ]
     doc = json.loads(sio.read_metadata(path)["spruce.treedef"])
     assert doc["version"] == 2
     mlp_fields = dict(doc["tree"]["fields"])["mlp"]["fields"]
@@ -155,12 +159,17 @@ def test_load_without_like_lists_what_it_cannot_rebuild(tmp_path: pathlib.Path) 
         assert str(caught.value) == expected, kwargs
     one = str(tmp_path / "one.npz")
     sio.save(one, {"f": jnp.tanh, "w": np.ones(1)}, skip_code=True)
-    with pytest.raises(CheckpointError, match=r"save left out 1 leaf that is code, not data \(skip_code=True\): 'f' \(the function tanh \(PjitFunction\)\)"):
+    with pytest.raises(
+        CheckpointError, match=r"save left out 1 leaf that is code, not data \(skip_code=True\): 'f' \(the function tanh "
+                               r"\(PjitFunction\)\)"
+    ):
         sio.load(one)
     # with rename=, the file's data nested by name (the stored structure is not used): the
     # skipped leaves hold none
     got = sio.load(path, rename={})
-    assert sorted(sio.flatten_names(got)) == ["mlp.layers.0.bias", "mlp.layers.0.weight", "mlp.layers.1.bias", "mlp.layers.1.weight", "scale"]
+    assert sorted(sio.flatten_names(got)) == [
+        "mlp.layers.0.bias", "mlp.layers.0.weight", "mlp.layers.1.bias", "mlp.layers.1.weight", "scale"
+    ]
     assert got["scale"].tolist() == [0.0, 1.0]
 
 
@@ -206,10 +215,15 @@ def test_code_leaf_against_data_is_a_mismatch(tmp_path: pathlib.Path) -> None:
         ({"skipped": "the function f"}, "a skipped leaf has no name"),
         ({"tensor": "a", "key": 7}, "'key' is not a str"),
         ({"tensor": "a", "key": "threefry2x32", "scalar": True}, "'key' is not a str, or is on a scalar"),
-        ({"tensor": "a", "key": "no_such_impl"}, r"at '<root>' holds PRNG keys of the implementation 'no_such_impl' with key data of shape \[3\], which JAX cannot rebuild"),
-        ({"tensor": "a", "key": "threefry2x32"}, r"holds PRNG keys of the implementation 'threefry2x32' with key data of shape \[3\], which JAX cannot rebuild"),
-        ({"tensor": "b", "key": "threefry2x32"}, r"at '<root>' holds PRNG keys \(threefry2x32\) whose key data is uint64, not uint32"),
-        ({"dict": [["k", {"tensor": "b", "key": "threefry2x32"}]]}, r"at 'k' holds PRNG keys \(threefry2x32\) whose key data is uint64, not uint32"),
+        ({"tensor": "a", "key": "no_such_impl"},
+         r"at '<root>' holds PRNG keys of the implementation 'no_such_impl' with key data of shape \[3\], "
+         r"which JAX cannot rebuild"),
+        ({"tensor": "a", "key": "threefry2x32"},
+         r"holds PRNG keys of the implementation 'threefry2x32' with key data of shape \[3\], which JAX cannot rebuild"),
+        ({"tensor": "b", "key": "threefry2x32"},
+         r"at '<root>' holds PRNG keys \(threefry2x32\) whose key data is uint64, not uint32"),
+        ({"dict": [["k", {"tensor": "b", "key": "threefry2x32"}]]},
+         r"at 'k' holds PRNG keys \(threefry2x32\) whose key data is uint64, not uint32"),
     ],
 )
 def test_bad_new_leaves_in_the_structure(node: Any, match: str, tmp_path: pathlib.Path) -> None:
@@ -307,7 +321,9 @@ def test_key_mismatches(tmp_path: pathlib.Path) -> None:
         "data uint32[4, 2]"
     )
     # raw uint32 key data is not a key, and a key is not raw data
-    with pytest.raises(MismatchError, match=r"k: like has uint32\[2\], the file PRNG keys \(threefry2x32\) with key data uint32\[2\]"):
+    with pytest.raises(
+        MismatchError, match=r"k: like has uint32\[2\], the file PRNG keys \(threefry2x32\) with key data uint32\[2\]"
+    ):
         sio.load(path, like={"k": np.zeros(2, np.uint32), "ks": jax.random.split(jax.random.key(0), 4)})
     raw = str(tmp_path / "raw.safetensors")
     sio.save(raw, {"k": jax.random.PRNGKey(0)})
@@ -374,9 +390,13 @@ def test_training_state_with_optax_and_a_key(fmt: str, tmp_path: pathlib.Path) -
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_dtype_like_casts_integers_that_fit(fmt: str, tmp_path: pathlib.Path) -> None:
     path = str(tmp_path / f"i.{fmt}")
-    sio.save(path, {"i": np.array([-5, 0, 300]), "u": np.arange(3, dtype=np.uint64), "s": np.int64(7), "b": np.array([True, False]), "e": np.zeros(0, np.int64)})
-    like = {"i": np.zeros(3, np.int16), "u": np.zeros(3, np.int8), "s": np.int32(0), "b": np.zeros(2, bool), "e": np.zeros(0, np.uint8)}
-    with pytest.raises(MismatchError, match=r"e: like has uint8\[0\], the file int64\[0\]; i: like has int16\[3\], the file int64\[3\]"):
+    sio.save(path, {"i": np.array([-5, 0, 300]), "u": np.arange(3, dtype=np.uint64), "s": np.int64(7),
+                    "b": np.array([True, False]), "e": np.zeros(0, np.int64)})
+    like = {"i": np.zeros(3, np.int16), "u": np.zeros(3, np.int8), "s": np.int32(0), "b": np.zeros(2, bool),
+            "e": np.zeros(0, np.uint8)}
+    with pytest.raises(
+        MismatchError, match=r"e: like has uint8\[0\], the file int64\[0\]; i: like has int16\[3\], the file int64\[3\]"
+    ):
         sio.load(path, like=like)
     got = sio.load(path, like=like, dtype="like")
     assert {k: v.dtype for k, v in got.items()} == {"i": np.int16, "u": np.int8, "s": np.int32, "b": np.bool_, "e": np.uint8}

@@ -175,7 +175,9 @@ def test_unregister_then_register_again_on_both_sides() -> None:
     # spruce: a leaf again
     assert st.leaves(s) == [s]
     # JAX cannot forget the registration: a clear error, never zero children
-    with pytest.raises(TypeError, match=r"Swap in jax.tree_util: its pytree registration was removed with spruce.tree.unregister"):
+    with pytest.raises(
+        TypeError, match=r"Swap in jax.tree_util: its pytree registration was removed with spruce.tree.unregister"
+    ):
         jtu.tree_leaves(s)
     with pytest.raises(TypeError, match="cannot rebuild"):
         treedef.unflatten([3.0, 4.0])
@@ -359,7 +361,8 @@ def test_equinox_modules_seen_by_spruce() -> None:
     doubled = st.map(lambda x: x * 2 if eqx.is_array(x) else x, mlp)
     assert type(doubled) is eqx.nn.MLP
     np.testing.assert_allclose(doubled.layers[0].weight, mlp.layers[0].weight * 2)
-    np.testing.assert_allclose(doubled(jnp.ones(2)), jax.tree_util.tree_map(lambda x: x * 2 if eqx.is_array(x) else x, mlp)(jnp.ones(2)), rtol=1e-6)
+    np.testing.assert_allclose(doubled(jnp.ones(2)),
+                               jax.tree_util.tree_map(lambda x: x * 2 if eqx.is_array(x) else x, mlp)(jnp.ones(2)), rtol=1e-6)
 
 
 def test_jax_dataclass_with_dropped_and_init_false_fields() -> None:
@@ -490,6 +493,7 @@ def test_mixed_key_paths_in_keystr_and_errors() -> None:
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_import_and_registration_never_import_jax_and_reach_jax_later() -> None:
     proc = run_python(
         """
@@ -532,6 +536,7 @@ def test_import_and_registration_never_import_jax_and_reach_jax_later() -> None:
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_spruce_imported_after_jax_and_equinox() -> None:
     proc = run_python(
         """

@@ -27,10 +27,10 @@ import pytest
 from jax._src import tree_util as jsrc
 
 import spruce.tree as st
+from helpers import run_python
 from spruce import _jax_bridge as bridge
 from spruce._tree import _keys, _registry
 from spruce._tree._kinds import MODE_DATACLASS_INIT, MODE_FUNCS
-from helpers import run_python
 
 CHECKED = r"checked with jax 0\.10\.2 and 0\.12\.0\.1"
 
@@ -252,6 +252,7 @@ def test_jax_loader_has_the_shape_the_hook_relies_on() -> None:
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_hook_behaviour_importing_jax_after_spruce_connects() -> None:
     proc = run_python(
         """
@@ -298,6 +299,7 @@ def test_hook_on_a_loader_it_cannot_wrap_warns(monkeypatch: pytest.MonkeyPatch) 
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_changed_internal_seen_when_jax_is_imported_warns_then_spruce_jax_raises() -> None:
     proc = run_python(
         """
@@ -327,6 +329,7 @@ def test_changed_internal_seen_when_jax_is_imported_warns_then_spruce_jax_raises
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_changed_registry_when_spruce_is_imported_after_jax_warns_then_spruce_jax_raises() -> None:
     proc = run_python(
         """

@@ -131,7 +131,7 @@ def test_transpose_mismatch_is_caught_as_jax_would(outer: Any, inner: Any, tree:
     with pytest.raises(Exception) as jax_err:
         jtu.tree_transpose(jtu.tree_structure(outer), jtu.tree_structure(inner), tree)
     assert jax_err.type is TypeError
-    with pytest.raises(TypeError, match="transpose: .* does not match the structure at key path") as ours:
+    with pytest.raises(TypeError, match=r"transpose: .* does not match the structure at key path") as ours:
         stu.tree_transpose(stu.tree_structure(outer), stu.tree_structure(inner), tree)
     assert isinstance(ours.value, ValueError)  # spruce's class for a mismatch, as before
 
@@ -173,7 +173,7 @@ def test_filter_grad_passes_any_keyword_through() -> None:
 
 
 def test_filter_grad_needs_a_positional_argument() -> None:
-    with pytest.raises(TypeError, match="filter_grad: .* first positional argument; none was given"):
+    with pytest.raises(TypeError, match=r"filter_grad: .* first positional argument; none was given"):
         sjax.filter_grad(_loss)(w={"a": jnp.ones(())}, x=jnp.ones(2))
 
 
@@ -346,9 +346,15 @@ def test_filter_shard_on_one_device() -> None:
     assert abstract["w"].sharding == SingleDeviceSharding(dev) and abstract["w"].shape == (2, 3) and abstract["n"] == 1
     traced = jax.jit(lambda t: sjax.filter_shard(t, SingleDeviceSharding(dev)))({"w": tree["w"]})
     np.testing.assert_array_equal(np.asarray(traced["w"]), tree["w"])
-    with pytest.raises(ValueError, match=r"^filter_shard: the shardings must be .*; at key path \['b'\]: expected a tuple of length 2, got a list of length 1"):
+    with pytest.raises(
+        ValueError, match=r"^filter_shard: the shardings must be .*; at key path \['b'\]: expected a tuple of length 2, got a "
+                          r"list of length 1"
+    ):
         sjax.filter_shard(tree, {"w": None, "cfg": None, "b": (dev, dev)})
-    with pytest.raises(TypeError, match=r"^filter_shard: the sharding at key path \['w'\] must be a jax.sharding.Sharding, a jax.Device or None, got P"):
+    with pytest.raises(
+        TypeError, match=r"^filter_shard: the sharding at key path \['w'\] must be a jax.sharding.Sharding, a jax.Device or "
+                         r"None, got P"
+    ):
         sjax.filter_shard(tree, {"w": PartitionSpec(), "cfg": None, "b": None})
     with pytest.raises(TypeError, match=r"the sharding at key path <root> must be .* got str"):
         sjax.filter_shard(tree, "cpu")
@@ -362,7 +368,10 @@ def test_filter_shard_on_one_device() -> None:
     y = scaled(tree, 2)
     assert y.sharding == one
     np.testing.assert_array_equal(np.asarray(y), tree["w"] * 2 + 2.0)
-    with pytest.raises(ValueError, match=r"^filter_jit\(_loss\): in_shardings: the shardings must be .*at key path args: expected a tuple of length 3, got a tuple of length 2"):
+    with pytest.raises(
+        ValueError, match=r"^filter_jit\(_loss\): in_shardings: the shardings must be .*at key path args: expected a tuple of "
+                          r"length 3, got a tuple of length 2"
+    ):
         sjax.filter_jit(_loss, in_shardings=(dev, dev, dev))(jnp.ones(2), jnp.ones(2))
 
 
@@ -438,7 +447,7 @@ def test_tree_at_where_may_still_compute_with_static_fields() -> None:
 
 def test_tree_at_static_field_errors() -> None:
     s = _stack()
-    with pytest.raises(TypeError, match="_Cell.size is a static field but its value of type list is not hashable"):
+    with pytest.raises(TypeError, match=r"_Cell\.size is a static field but its value of type list is not hashable"):
         spruce.tree_at(lambda t: t.cells[0].size, s, [1, 2])
     with pytest.raises(ValueError, match="lies inside another selected place"):
         spruce.tree_at(lambda t: (t.cells[0], t.cells[0].size), s, (1, 2))
@@ -514,7 +523,7 @@ def test_tree_at_work_is_linear_in_the_number_of_places(where: str) -> None:
         if where == "leaves":
             select: Any = st.leaves
         else:
-            select = lambda t: [t[i][1][0] for i in range(n)]  # noqa: E731
+            select = lambda t: [t[i][1][0] for i in range(n)]
         return _calls_during(lambda: spruce.tree_at(select, tree, replace_fn=lambda v: v))
 
     small, large = work(500), work(2000)

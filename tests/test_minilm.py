@@ -107,6 +107,7 @@ def _random_sentences(n: int, seed: int) -> list[str]:
     return [" ".join(rng.choice(words, int(rng.integers(3, 61)))) for _ in range(n)]
 
 
+@pytest.mark.slow
 def test_one_compilation_for_any_mix_of_lengths() -> None:
     # Sentences are packed into rows of 128 tokens: one compiled shape per row count, whatever
     # their lengths.
@@ -141,6 +142,7 @@ def test_packing() -> None:
     assert minilm._pack([2] * 100, 128) == [list(range(64)), list(range(64, 100))]  # 64 sentences at most
 
 
+@pytest.mark.slow
 def test_compilation_cache_is_opt_in(tmp_path: pathlib.Path) -> None:
     # A fresh interpreter: JAX's configuration is process-wide.  encode leaves it alone by
     # default; enable_compilation_cache turns the cache on, and then what encode compiles
@@ -242,6 +244,7 @@ def _random_tiny_model(seed: int) -> BertModel:
     return model
 
 
+@pytest.mark.slow
 def test_padding_does_not_change_real_tokens() -> None:
     model = _random_tiny_model(1)
     ids = jnp.array([1, 7, 3, 2])
@@ -257,6 +260,7 @@ def test_padding_does_not_change_real_tokens() -> None:
     assert float(jnp.abs(padded[4:] - padded[:3]).max()) > 1e-3  # the model is not trivial
 
 
+@pytest.mark.slow
 def test_packed_sequences_equal_separate_ones() -> None:
     # Two sequences in one: positions restarting at the second, a block-diagonal mask.
     model = _random_tiny_model(2)

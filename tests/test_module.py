@@ -103,6 +103,7 @@ def test_leaves_are_the_parameters_in_field_order(model: SimpleNN) -> None:
     assert all(a is b for a, b in zip(leaves, st.leaves(model)))
 
 
+@pytest.mark.slow
 def test_jit_grad_vmap_accept_modules(model: SimpleNN) -> None:
     xs = jnp.arange(30.0).reshape(10, 3) / 10
 
@@ -411,7 +412,10 @@ DEEP_KINDS: dict[str, tuple[Callable[[Any], Any], str, str, str]] = {
 @pytest.mark.parametrize(
     ("kind", "depth"),
     # (a million Modules take seconds to build; 100,000 show the same)
-    [(k, d) for k in DEEP_KINDS for d in (100_000, 1_000_000) if k != "Module" or d == 100_000],
+    [
+        pytest.param(k, d, marks=[pytest.mark.slow] if d == 1_000_000 else [])
+        for k in DEEP_KINDS for d in (100_000, 1_000_000) if k != "Module" or d == 100_000
+    ],
 )
 def test_pformat_of_a_deep_tree_is_cut_at_100_levels(kind: str, depth: int) -> None:
     # Every spruce.tree function handles 1,000,000 levels; pformat (and repr) must not raise
@@ -513,6 +517,7 @@ def test_import_spruce_does_not_import_jax() -> None:
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_class_defined_before_jax_import_is_registered_with_jax() -> None:
     proc = run_python(
         """
@@ -545,5 +550,7 @@ def test_a_module_field_deleted_from_the_instance_is_named_when_flattening() -> 
     m = M(1, 2)
     object.__delattr__(m, "b")
     for walk in (st.flatten, st.flatten_with_path, lambda t: st.map(lambda x: x, t)):
-        with pytest.raises(AttributeError, match=r"M\.b is not set \(deleted from the instance, or not assigned yet in __init__\)"):
+        with pytest.raises(
+            AttributeError, match=r"M\.b is not set \(deleted from the instance, or not assigned yet in __init__\)"
+        ):
             walk({"layers": [0, m]})

@@ -210,7 +210,10 @@ def test_hand_written_init_beside_post_init_warns_that_it_will_not_run() -> None
         def __post_init__(self) -> None:
             calls.append(self.x)
 
-    with pytest.warns(UserWarning, match=r"B has a hand-written `__init__` method and a `__post_init__` \(inherited from .*A\), which will not run"):
+    with pytest.warns(
+        UserWarning, match=r"B has a hand-written `__init__` method and a `__post_init__` \(inherited from .*A\), which will "
+                           r"not run"
+    ):
 
         class B(A):
             def __init__(self) -> None:

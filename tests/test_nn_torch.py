@@ -71,7 +71,10 @@ def _randomise(tlayer: Any, seed: int) -> None:
     with torch.no_grad():
         for name, t in tlayer.state_dict().items():
             if t.dtype.is_floating_point:
-                v = torch.rand(t.shape, generator=g) + 0.5 if name.endswith("running_var") else torch.randn(t.shape, generator=g) * 0.5
+                if name.endswith("running_var"):
+                    v = torch.rand(t.shape, generator=g) + 0.5
+                else:
+                    v = torch.randn(t.shape, generator=g) * 0.5
                 t.copy_(v)
 
 
@@ -119,24 +122,34 @@ def _torch_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
 
 CONV_CASES = [
     ("Conv1d", dict(in_channels=2, out_channels=4, kernel_size=3, stride=2, padding=1), (2, 2, 11)),
-    ("Conv1d", dict(in_channels=2, out_channels=3, kernel_size=4, dilation=2, padding="same", padding_mode="reflect"), (2, 2, 12)),
+    ("Conv1d", dict(in_channels=2, out_channels=3, kernel_size=4, dilation=2, padding="same", padding_mode="reflect"),
+     (2, 2, 12)),
     ("Conv1d", dict(in_channels=4, out_channels=4, kernel_size=3, groups=4, padding="valid", use_bias=False), (2, 4, 9)),
     ("Conv1d", dict(in_channels=3, out_channels=2, kernel_size=5, padding=2, padding_mode="circular"), (2, 3, 8)),
-    ("Conv2d", dict(in_channels=4, out_channels=6, kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2), (2, 4, 9, 8)),
+    ("Conv2d", dict(in_channels=4, out_channels=6, kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2),
+     (2, 4, 9, 8)),
     ("Conv2d", dict(in_channels=3, out_channels=5, kernel_size=3, padding=2, padding_mode="replicate"), (2, 3, 7, 6)),
     ("Conv2d", dict(in_channels=1, out_channels=8, kernel_size=(64, 1), stride=(4, 1), padding=0), (2, 1, 128, 1)),
     ("Conv2d", dict(in_channels=3, out_channels=4, kernel_size=(2, 3), padding="same", padding_mode="reflect"), (2, 3, 6, 7)),
-    ("Conv3d", dict(in_channels=2, out_channels=4, kernel_size=(2, 3, 2), stride=(1, 2, 1), padding=(1, 0, 1), groups=2), (2, 2, 5, 6, 4)),
-    ("Conv3d", dict(in_channels=2, out_channels=2, kernel_size=3, padding="same", padding_mode="circular", use_bias=False), (2, 2, 4, 5, 4)),
-    ("ConvTranspose1d", dict(in_channels=4, out_channels=6, kernel_size=3, stride=3, padding=2, output_padding=1, dilation=2), (2, 4, 5)),
+    ("Conv3d", dict(in_channels=2, out_channels=4, kernel_size=(2, 3, 2), stride=(1, 2, 1), padding=(1, 0, 1), groups=2),
+     (2, 2, 5, 6, 4)),
+    ("Conv3d", dict(in_channels=2, out_channels=2, kernel_size=3, padding="same", padding_mode="circular", use_bias=False),
+     (2, 2, 4, 5, 4)),
+    ("ConvTranspose1d", dict(in_channels=4, out_channels=6, kernel_size=3, stride=3, padding=2, output_padding=1, dilation=2),
+     (2, 4, 5)),
     ("ConvTranspose1d", dict(in_channels=3, out_channels=2, kernel_size=4, stride=2, padding=1), (2, 3, 6)),
-    ("ConvTranspose2d", dict(in_channels=4, out_channels=6, kernel_size=3, stride=2, padding=1, output_padding=1, groups=2), (2, 4, 5, 4)),
-    ("ConvTranspose2d", dict(in_channels=2, out_channels=3, kernel_size=(2, 3), stride=(1, 2), dilation=(2, 1), use_bias=False), (2, 2, 4, 3)),
-    ("ConvTranspose3d", dict(in_channels=2, out_channels=4, kernel_size=(2, 3, 2), stride=(2, 1, 2), padding=(0, 1, 0), output_padding=(1, 0, 0)), (2, 2, 3, 4, 3)),
+    ("ConvTranspose2d", dict(in_channels=4, out_channels=6, kernel_size=3, stride=2, padding=1, output_padding=1, groups=2),
+     (2, 4, 5, 4)),
+    ("ConvTranspose2d", dict(in_channels=2, out_channels=3, kernel_size=(2, 3), stride=(1, 2), dilation=(2, 1), use_bias=False),
+     (2, 2, 4, 3)),
+    ("ConvTranspose3d",
+     dict(in_channels=2, out_channels=4, kernel_size=(2, 3, 2), stride=(2, 1, 2), padding=(0, 1, 0),
+          output_padding=(1, 0, 0)), (2, 2, 3, 4, 3)),
 ]
 
 
 @pytest.mark.parametrize(("name", "kw", "shape"), CONV_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CONV_CASES)])
+@pytest.mark.slow
 def test_conv_matches_torch(name: str, kw: dict[str, Any], shape: tuple[int, ...], tmp_path: Any) -> None:
     layer = getattr(nn, name)(**kw, key=KEY)
     tlayer = getattr(torch.nn, name)(**_torch_kwargs(kw))
@@ -146,6 +159,7 @@ def test_conv_matches_torch(name: str, kw: dict[str, Any], shape: tuple[int, ...
 
 
 @pytest.mark.parametrize("name", ["Conv2d", "ConvTranspose2d"])
+@pytest.mark.slow
 def test_conv_initialisation_has_torch_bounds(name: str) -> None:
     # PyTorch: kaiming_uniform_(a=sqrt(5)) -> bound 1/sqrt(fan_in), fan_in from the weight's axis 1.
     torch.manual_seed(0)
@@ -163,6 +177,7 @@ def test_conv_initialisation_has_torch_bounds(name: str) -> None:
     assert w.std() == pytest.approx(b / math.sqrt(3), rel=0.03) and tw.std() == pytest.approx(b / math.sqrt(3), rel=0.03)
 
 
+@pytest.mark.slow
 def test_conv_per_side_padding_equals_torch_pad_then_conv() -> None:
     layer = nn.Conv2d(2, 3, (3, 2), padding=((1, 2), (0, 1)), key=KEY)
     tlayer = torch.nn.Conv2d(2, 3, (3, 2))
@@ -173,11 +188,13 @@ def test_conv_per_side_padding_equals_torch_pad_then_conv() -> None:
     np.testing.assert_allclose(_batch(layer, x), expected, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_conv_transpose_is_the_gradient_of_conv() -> None:
     # The transposed convolution is the vector-Jacobian product of the convolution with the
     # same weight (PyTorch's definition); checked with jax.vjp, independently of torch.
     conv = nn.Conv2d(3, 4, 3, stride=2, padding=1, key=KEY)
-    convt = spruce.tree_at(lambda m: m.weight, nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1, use_bias=False, key=KEY), conv.weight)
+    convt = nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1, use_bias=False, key=KEY)
+    convt = spruce.tree_at(lambda m: m.weight, convt, conv.weight)
     x = jnp.asarray(_rng().standard_normal((3, 8, 8)), jnp.float32)
     y, vjp = jax.vjp(lambda x: conv(x) - conv.bias[:, None, None], x)
     g = jnp.asarray(_rng(1).standard_normal(y.shape), jnp.float32)
@@ -302,7 +319,9 @@ def test_batchnorm_cumulative_average_matches_torch(shape: tuple[int, ...], tmp_
     fresh.load_state_dict(sd)
     assert fresh.num_batches_tracked.dtype == torch.int64 and int(fresh.num_batches_tracked) == 6
     for name in ("running_mean", "running_var", "weight", "bias"):
-        np.testing.assert_allclose(getattr(fresh, name).detach().numpy(), getattr(tlayer, name).detach().numpy(), rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(
+            getattr(fresh, name).detach().numpy(), getattr(tlayer, name).detach().numpy(), rtol=RTOL, atol=ATOL
+        )
 
 
 def test_batchnorm_without_running_stats_matches_torch() -> None:
@@ -315,7 +334,8 @@ def test_batchnorm_without_running_stats_matches_torch() -> None:
         np.testing.assert_allclose(got, tlayer(torch.from_numpy(x)).numpy(), rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize(("groups", "channels", "affine", "shape"), [(1, 4, True, (2, 4, 7)), (2, 4, True, (2, 4, 3, 5)), (6, 6, False, (2, 6, 4)), (3, 6, True, (2, 6))])
+@pytest.mark.parametrize(("groups", "channels", "affine", "shape"),
+                         [(1, 4, True, (2, 4, 7)), (2, 4, True, (2, 4, 3, 5)), (6, 6, False, (2, 6, 4)), (3, 6, True, (2, 6))])
 def test_groupnorm_matches_torch(groups: int, channels: int, affine: bool, shape: tuple[int, ...], tmp_path: Any) -> None:
     layer = nn.GroupNorm(groups, channels, eps=1e-4, affine=affine)
     tlayer = torch.nn.GroupNorm(groups, channels, eps=1e-4, affine=affine)
@@ -337,6 +357,7 @@ def test_prelu_matches_torch(num: int, shape: tuple[int, ...], tmp_path: Any) ->
 
 
 @pytest.mark.parametrize("use_bias", [True, False])
+@pytest.mark.slow
 def test_lstm_cell_matches_torch_over_a_sequence(use_bias: bool, tmp_path: Any) -> None:
     layer = nn.LSTMCell(3, 5, use_bias=use_bias, key=KEY)
     tlayer = torch.nn.LSTMCell(3, 5, bias=use_bias)
@@ -377,6 +398,7 @@ def test_lstm_cell_matches_torch_over_a_sequence(use_bias: bool, tmp_path: Any) 
 
 
 @pytest.mark.parametrize("use_bias", [True, False])
+@pytest.mark.slow
 def test_gru_cell_matches_torch(use_bias: bool, tmp_path: Any) -> None:
     layer = nn.GRUCell(4, 3, use_bias=use_bias, key=KEY)
     tlayer = torch.nn.GRUCell(4, 3, bias=use_bias)
@@ -393,6 +415,7 @@ def test_gru_cell_matches_torch(use_bias: bool, tmp_path: Any) -> None:
             np.testing.assert_allclose(got, tlayer(torch.from_numpy(x), torch.from_numpy(h)).numpy(), rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_rnn_cell_initialisation_bounds_match_torch() -> None:
     torch.manual_seed(0)
     layer, tlayer = nn.GRUCell(4, 16, key=KEY), torch.nn.GRUCell(4, 16)
@@ -412,6 +435,7 @@ def _hf_rope(x: Any, positions: Any, theta: float) -> Any:
     return x * emb.cos() + torch.cat((-x2, x1), dim=-1) * emb.sin()
 
 
+@pytest.mark.slow
 def test_rotary_embedding_matches_hugging_face_layout() -> None:
     rope = nn.RotaryPositionalEmbedding(16, theta=500.0)
     x = _rng().standard_normal((2, 3, 7, 16)).astype(np.float32)  # batch, heads, seq, dim
@@ -419,9 +443,11 @@ def test_rotary_embedding_matches_hugging_face_layout() -> None:
     expected = _hf_rope(torch.from_numpy(x), torch.arange(7), 500.0).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     pos = np.array([5, 9, 11, 0, 2, 3, 100])
-    np.testing.assert_allclose(rope(jnp.asarray(x[0, 0]), jnp.asarray(pos)), _hf_rope(torch.from_numpy(x[0, 0]), torch.from_numpy(pos), 500.0).numpy(), rtol=1e-5, atol=2e-5)
+    np.testing.assert_allclose(rope(jnp.asarray(x[0, 0]), jnp.asarray(pos)),
+                               _hf_rope(torch.from_numpy(x[0, 0]), torch.from_numpy(pos), 500.0).numpy(), rtol=1e-5, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_embedding_and_linear_match_torch(tmp_path: Any) -> None:
     x = _rng().standard_normal((2, 5)).astype(np.float32)
     check_both_ways(nn.Linear(5, 3, key=KEY), torch.nn.Linear(5, 3), x, tmp_path, reduced=5)
@@ -432,6 +458,7 @@ def test_embedding_and_linear_match_torch(tmp_path: Any) -> None:
         np.testing.assert_array_equal(np.asarray(jax.vmap(emb)(jnp.asarray(idx))), temb(torch.from_numpy(idx)).numpy())
 
 
+@pytest.mark.slow
 def test_small_model_state_dict_loads_by_name(tmp_path: Any) -> None:
     # A CREPE-style stack: a whole PyTorch Sequential's state_dict loads into the spruce
     # Sequential through spruce.io.load(like=...) once the names agree ('0.weight' ->
@@ -453,7 +480,8 @@ def test_small_model_state_dict_loads_by_name(tmp_path: Any) -> None:
     ])
     path = os.path.join(tmp_path, "model.safetensors")
     save_file({k: v.numpy() for k, v in tmodel.state_dict().items()}, path)
-    res = spruce.io.load(path, like=model, strict=False, rename=lambda n: None if n.endswith("num_batches_tracked") else "layers." + n)
+    res = spruce.io.load(path, like=model, strict=False,
+                         rename=lambda n: None if n.endswith("num_batches_tracked") else "layers." + n)
     assert res.missing == [] and res.unexpected == []
     x = _rng().standard_normal((3, 1, 64, 1)).astype(np.float32)
     with torch.no_grad():
@@ -461,6 +489,7 @@ def test_small_model_state_dict_loads_by_name(tmp_path: Any) -> None:
     np.testing.assert_allclose(_batch(res.tree, x), expected, **_tolerance(32))
 
 
+@pytest.mark.slow
 def test_tied_weights_match_torch_tied_gradient() -> None:
     emb, head = nn.Embedding(6, 4, key=KEY), nn.Linear(4, 6, use_bias=False, key=jax.random.key(1))
     shared = nn.Shared((emb, head), lambda t: t[1].weight, lambda t: t[0].weight)
@@ -533,6 +562,7 @@ def _compare_mha(layer: Any, tlayer: Any, q: np.ndarray, k: np.ndarray, v: np.nd
 
 
 @pytest.mark.parametrize("kw", MHA_CASES, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()) or "default")
+@pytest.mark.slow
 def test_multihead_attention_matches_torch(kw: dict[str, Any], tmp_path: Any) -> None:
     e, heads, lq, lk = 8, 2, 3, 5
     layer = nn.MultiheadAttention(e, heads, **kw, key=KEY)
@@ -566,6 +596,7 @@ def test_multihead_attention_vmap_matches_torch_batches(batch_first: bool, tmp_p
     np.testing.assert_allclose(w, t_w.numpy(), **_tolerance(8))
 
 
+@pytest.mark.slow
 def test_multihead_attention_initialisation_matches_torch_statistics() -> None:
     # Same rules: xavier uniform input projections, zero biases, Linear's out_proj, xavier
     # normal bias_k / bias_v; compared by bounds and standard deviations over a large layer.
@@ -587,6 +618,7 @@ def test_multihead_attention_initialisation_matches_torch_statistics() -> None:
             np.testing.assert_allclose(np.abs(o).max(), np.abs(t).max(), rtol=0.05, err_msg=name)
 
 
+@pytest.mark.slow
 def test_torch_is_not_imported_by_the_library() -> None:
     import subprocess
     import sys

@@ -70,7 +70,7 @@ def test_unhashable_aux_is_never_shared_and_still_fails_clearly() -> None:
     b = st.structure(Pair(0, "t", ([1],)))  # type: ignore[arg-type]
     assert a._data[0] is not b._data[0]
     try:
-        a == b
+        a == b  # noqa: B015 - must raise
     except TypeError as e:
         assert "not hashable" in str(e)
     else:

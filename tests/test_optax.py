@@ -56,6 +56,7 @@ def _f64(tree: Any) -> list[np.ndarray]:
     return [np.asarray(v, np.float64) for v in st.leaves(tree)]
 
 
+@pytest.mark.slow
 def test_adam_on_an_mlp_with_jit_and_value_and_grad() -> None:
     model = nn.MLP(1, 1, 16, 2, activation=jax.nn.tanh, key=KEY)
     x, y = _data()
@@ -110,6 +111,7 @@ class Scaled(spruce.Module):
         return h
 
 
+@pytest.mark.slow
 def test_adam_with_filter_value_and_grad_on_a_module_with_non_array_fields() -> None:
     model = Scaled(nn.Linear(1, 1, key=KEY), jnp.tanh, 2)
     x, _ = _data()
@@ -124,7 +126,7 @@ def test_adam_with_filter_value_and_grad_on_a_module_with_non_array_fields() -> 
     ref = NumpyAdam(_f64(params))
     expected = _f64(params)
     loss0 = None
-    for i in range(3):
+    for _ in range(3):
         loss, grads = grad_fn(model, x, y)
         loss0 = float(loss) if loss0 is None else loss0
         assert type(grads) is Scaled and grads.act is None and grads.repeats is None

@@ -37,6 +37,7 @@ def test_import_spruce_imports_no_jax_and_no_subpackage() -> None:
         ("spruce.cli.main.__name__", "main"),
     ],
 )
+@pytest.mark.slow
 def test_subpackages_load_on_first_use(expr: str, expected: str) -> None:
     assert _run(f"import spruce\nprint({expr})") == expected
 

@@ -231,7 +231,8 @@ def test_fixed_keys_registration_gives_paths_and_checks_the_child_count() -> Non
         def __init__(self, *items: Any) -> None:
             self.items = items
 
-    register_with_fixed_keys(Fixed, lambda x: (list(x.items), None), lambda aux, ch: Fixed(*ch), [st.GetAttrKey("u"), st.GetAttrKey("v")])
+    register_with_fixed_keys(Fixed, lambda x: (list(x.items), None), lambda aux, ch: Fixed(*ch),
+                             [st.GetAttrKey("u"), st.GetAttrKey("v")])
     leaves = st.leaves_with_path({"k": Fixed(1, 2)})
     assert [(st.keystr(p), v) for p, v in leaves] == [("['k'].u", 1), ("['k'].v", 2)]
     assert st.map(lambda v: v * 10, Fixed(1, 2)).items == (10, 20)
@@ -472,7 +473,7 @@ def test_racing_registrations_of_one_type_exactly_one_wins() -> None:
             outcome = "ok"
         except ValueError:
             outcome = "ValueError"
-        except Exception as e:  # noqa: BLE001 - any other outcome fails the test below
+        except Exception as e:  # any other outcome fails the test below
             outcome = repr(e)
         with lock:
             results.append(outcome)
@@ -715,7 +716,7 @@ def test_every_traversal_takes_none_is_leaf_keyword() -> None:
 
 
 def test_is_leaf_is_the_second_positional_parameter() -> None:
-    is_list = lambda x: isinstance(x, list)  # noqa: E731
+    is_list = lambda x: isinstance(x, list)
     assert st.flatten({"a": [1], "b": 2}, is_list)[0] == [[1], 2]
     assert st.leaves({"a": [1], "b": 2}, is_list) == [[1], 2]
     assert st.structure({"a": [1], "b": 2}, is_list).num_leaves == 2

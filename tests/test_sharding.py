@@ -184,7 +184,9 @@ def test_specs_cache_checks_what_specs_depend_on() -> None:
     # without a mesh a spec depends on the rank only: a rank that no longer fits is an error
     ranked = sh.Rules([("w", P("m", None)), ("**", None)], strict=False)
     assert sh.specs({"w": np.zeros((4, 4)), "b": np.zeros(3)}, ranked) == {"w": P("m", None), "b": P()}
-    with pytest.raises(sh.ShardingError, match=r"key path 'w': the spec P\('m', None\) has 2 entries but the array has shape \(4,\)"):
+    with pytest.raises(
+        sh.ShardingError, match=r"key path 'w': the spec P\('m', None\) has 2 entries but the array has shape \(4,\)"
+    ):
         sh.specs({"w": np.zeros(4), "b": np.zeros(3)}, ranked)
     # a NumPy array reshaped in place (the same object) is seen: fsdp chooses anew
     fsdp = sh.Rules.fsdp("m", min_size=4)
@@ -439,6 +441,7 @@ def _write_index(d: Any, tensors: dict[str, Any]) -> None:
         json.dump({"format": "spruce.sharded", "version": 1, "metadata": {}, "tensors": tensors}, f)
 
 
+@pytest.mark.slow
 def test_many_slices_are_checked_for_overlap_and_coverage(tmp_path: Any) -> None:
     """An index of 20,000 one-element slices is validated without comparing all pairs; an
     overlap among them or a missing one is still found."""
@@ -452,7 +455,10 @@ def test_many_slices_are_checked_for_overlap_and_coverage(tmp_path: Any) -> None
     _write_index(d, {"v": {"dtype": "F32", "shape": [n], "slices": slices}})
     np.testing.assert_array_equal(np.asarray(sio.load(str(d))["v"]), np.arange(n, dtype=np.float32))
     _write_index(d, {"v": {"dtype": "F32", "shape": [n], "slices": slices[:-1] + [["p.safetensors", "b7", [[7, 8]]]]}})
-    with pytest.raises(sio.CheckpointError, match=rf"^{d}: tensor 'v': the slices \[7:8\] in 'p.safetensors' and \[7:8\] in 'p.safetensors' overlap"):
+    with pytest.raises(
+        sio.CheckpointError,
+        match=rf"^{d}: tensor 'v': the slices \[7:8\] in 'p.safetensors' and \[7:8\] in 'p.safetensors' overlap",
+    ):
         sio.read_header(str(d))
     _write_index(d, {"v": {"dtype": "F32", "shape": [n], "slices": slices[1:]}})
     with pytest.raises(sio.CheckpointError, match=rf"tensor 'v': its slices cover {n - 1} of its {n} elements"):
@@ -513,6 +519,7 @@ def _mapped_kib(path: str) -> int:
     return total
 
 
+@pytest.mark.slow
 def test_detached_regions_release_the_mapping_and_stay_exact(tmp_path: Any, monkeypatch: Any) -> None:
     """Placing on devices reads regions with detach=True: new arrays, after which the pages of
     the stored blocks are dropped from the process (madvise); views made before still read the
@@ -556,7 +563,10 @@ def test_load_shardings_entries_devices_and_bad_entries(tmp_path: Any) -> None:
     got = sio.load(path, tree, shardings={"w": dev, "b": None})
     assert got["w"].sharding == SingleDeviceSharding(dev) and isinstance(got["b"], np.ndarray)
     np.testing.assert_array_equal(np.asarray(got["w"]), tree["w"])
-    with pytest.raises(TypeError, match=r"^load: the sharding at key path like\['w'\] must be a jax.sharding.Sharding, a jax.Device or None, got str"):
+    with pytest.raises(
+        TypeError, match=r"^load: the sharding at key path like\['w'\] must be a jax.sharding.Sharding, a jax.Device or None, "
+                         r"got str"
+    ):
         sio.load(path, tree, shardings={"w": "cpu", "b": None})
     with pytest.raises(TypeError, match=r"key path like\['b'\] .* got P \(a PartitionSpec needs a mesh"):
         sio.load(path, tree, shardings={"w": None, "b": P()})
@@ -591,7 +601,8 @@ _WORKER = textwrap.dedent(
     assert jax.device_count() == 8 and jax.local_device_count() == 4
     mesh = sh.mesh({"data": 2, "model": 4})
     tree = {"embed": np.arange(16 * 8, dtype=np.float32).reshape(16, 8),
-            "layers": [{"w": np.arange(64, dtype=np.float32).reshape(8, 8) * (i + 1), "b": np.ones(8, np.float32)} for i in range(2)],
+            "layers": [{"w": np.arange(64, dtype=np.float32).reshape(8, 8) * (i + 1),
+                        "b": np.ones(8, np.float32)} for i in range(2)],
             "step": 5}
     rules = sh.Rules([("embed", P("model", "data")), ("layers.*.w", P("data", None)), ("**", None)])
     placed = sh.shard(tree, mesh, rules)
@@ -712,7 +723,9 @@ def test_a_rule_shadowed_by_the_catch_all_is_named() -> None:
     a warning otherwise, naming the pattern; explain reports it without raising."""
     params = {"layers": [{"w": np.zeros((4, 4))}], "head": np.zeros(4)}
     typo = [("layer.*.w", P("model", None)), ("**", None)]
-    with pytest.raises(sh.ShardingError, match=r"the rule 'layer\.\*\.w' matched no array leaf of the tree, and the catch-all '\*\*'"):
+    with pytest.raises(
+        sh.ShardingError, match=r"the rule 'layer\.\*\.w' matched no array leaf of the tree, and the catch-all '\*\*'"
+    ):
         sh.specs(params, sh.Rules(typo))
     with pytest.warns(UserWarning, match=r"the rule 'layer\.\*\.w' matched no array leaf"):
         got = sh.specs(params, sh.Rules(typo, strict=False))

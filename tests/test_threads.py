@@ -32,7 +32,7 @@ def _run_threads(target: Callable[[int], None]) -> list[BaseException]:
         try:
             barrier.wait()
             target(i)
-        except BaseException as e:  # noqa: BLE001 - collected and reported by the test
+        except BaseException as e:  # collected and reported by the test
             with lock:
                 errors.append(e)
 
@@ -58,7 +58,7 @@ def test_concurrent_distinct_registrations_and_flattening() -> None:
                         self.a, self.b = a, b
 
                 st.register_pytree_node(
-                    Fresh, lambda f: ((f.a, f.b), (i, j)), lambda aux, ch: Fresh(*ch)
+                    Fresh, lambda f, tag=(i, j): ((f.a, f.b), tag), lambda aux, ch: Fresh(*ch)
                 )
                 obj: Any = Fresh([i, j], {"k": j})
             elif j % 3 == 1:
@@ -99,27 +99,30 @@ def test_concurrent_distinct_registrations_and_flattening() -> None:
     assert errors == [], errors[:3]
 
 
+def _race_to_register_one_class() -> None:
+    class Contested:
+        pass
+
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def race(i: int) -> None:
+        try:
+            st.register_pytree_node(Contested, lambda x: ((), None), lambda a, c: Contested())
+            result = "ok"
+        except ValueError:
+            result = "ValueError"
+        with lock:
+            outcomes.append(result)
+
+    errors = _run_threads(race)
+    assert errors == []
+    assert sorted(outcomes) == ["ValueError"] * (N_THREADS - 1) + ["ok"]
+
+
 def test_concurrent_racing_registration_exactly_one_winner_repeatedly() -> None:
     for _ in range(10):
-
-        class Contested:
-            pass
-
-        outcomes: list[str] = []
-        lock = threading.Lock()
-
-        def race(i: int, cls: type = Contested) -> None:
-            try:
-                st.register_pytree_node(cls, lambda x: ((), None), lambda a, c: cls())
-                result = "ok"
-            except ValueError:
-                result = "ValueError"
-            with lock:
-                outcomes.append(result)
-
-        errors = _run_threads(race)
-        assert errors == []
-        assert sorted(outcomes) == ["ValueError"] * (N_THREADS - 1) + ["ok"]
+        _race_to_register_one_class()
 
 
 def test_concurrent_traversals_of_one_tree() -> None:

@@ -86,8 +86,9 @@ def test_filter_make_jaxpr() -> None:
 # -- checkpoint ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_filter_checkpoint_matches_jax() -> None:
-    loss = lambda x, y: jnp.sum(f_plain(x, y))  # noqa: E731
+    loss = lambda x, y: jnp.sum(f_plain(x, y))
     close(jax.grad(sj.filter_checkpoint(loss))(X, Y), jax.grad(jax.checkpoint(loss))(X, Y))
     jaxpr = str(jax.make_jaxpr(jax.grad(sj.filter_checkpoint(loss)))(X, Y))
     assert "checkpoint" in jaxpr or "remat" in jaxpr
@@ -172,8 +173,9 @@ def test_filter_jacobians_match_jax(ours: Any, theirs: Any) -> None:
     close(jm.w, theirs(lambda w: jnp.tanh(w * X) * 2)(model().w))
 
 
+@pytest.mark.slow
 def test_filter_hessian_matches_jax() -> None:
-    loss = lambda x, y: jnp.sum(f_plain(x, y) ** 2)  # noqa: E731
+    loss = lambda x, y: jnp.sum(f_plain(x, y) ** 2)
     close(sj.filter_hessian(loss)(X, Y), jax.hessian(loss)(X, Y))
     h, aux = sj.filter_hessian(lambda x: (jnp.sum(x**3), jnp.sum(x)), has_aux=True)(X)
     close(h, jnp.diag(6 * X))
@@ -206,7 +208,7 @@ def test_filter_custom_jvp_matches_jax() -> None:
         t = 3.0 * tx * y + (0.0 if ty is None else x * ty)
         return ours(x, y, fn=fn), t
 
-    ident = lambda v: v  # noqa: E731
+    ident = lambda v: v
     close(ours(X, Y, fn=ident), X * Y)
     close(jax.grad(lambda x, y: jnp.sum(ours(x, y, fn=ident)), argnums=(0, 1))(X, Y),
           jax.grad(lambda x, y: jnp.sum(plain(x, y)), argnums=(0, 1))(X, Y))

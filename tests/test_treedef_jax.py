@@ -80,7 +80,7 @@ def test_comparing_with_a_jax_treedef_raises() -> None:
 
 
 def test_from_jax_rejects_other_objects() -> None:
-    with pytest.raises(TypeError, match="from_jax expects a jax.tree_util.PyTreeDef, got"):
+    with pytest.raises(TypeError, match=r"from_jax expects a jax\.tree_util\.PyTreeDef, got"):
         st.from_jax({"a": 1})
     td = st.structure([1])
     assert st.from_jax(td) is td

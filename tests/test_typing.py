@@ -101,6 +101,7 @@ def _user_file() -> str:
     return "\n".join(lines) + "\n" + USES
 
 
+@pytest.mark.slow
 def test_mypy_strict_accepts_every_public_name(tmp_path: pathlib.Path) -> None:
     # probe.py uses a name that is bound but not exported: its error shows that the check is
     # strict and reads the source tree (an installed spruce is out of reach).

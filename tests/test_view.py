@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import run_python
 
 import spruce
 import spruce.io as sio
 import spruce.tree as st
 import spruce.view as view
+from helpers import run_python
 
 MINILM_PARAMS = 22_713_728
 MINILM_BYTES = 90_856_960
@@ -154,6 +154,7 @@ def test_every_dtype_kind() -> None:
     assert len(colours) == 6  # bfloat16, bool, complex, uint, float32, and the strings' grey
 
 
+@pytest.mark.slow
 def test_ten_thousand_leaves() -> None:
     tree = {"blocks": [{"w": np.full((2, 2), i, np.float32), "n": i} for i in range(5000)]}
     page = view.html(tree)
@@ -165,6 +166,7 @@ def test_ten_thousand_leaves() -> None:
     assert _drawn_bytes(svg) == 5000 * 16
 
 
+@pytest.mark.slow
 def test_ten_thousand_levels() -> None:
     chain: Any = np.ones(3, np.float32)
     for _ in range(10_000):

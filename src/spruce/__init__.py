@@ -25,23 +25,23 @@ from typing import Any as _Any
 from . import _jax_bridge
 from . import tree as tree
 from . import tree_util as tree_util
-from ._module._compare import assert_tree_equal as assert_tree_equal
-from ._module._compare import tree_equal as tree_equal
-from ._module._filters import combine as combine
-from ._module._filters import filter as filter
-from ._module._filters import partition as partition
 from ._module import Module as Module
 from ._module import field as field
 from ._module import is_array as is_array
 from ._module import is_array_like as is_array_like
 from ._module import is_inexact_array as is_inexact_array
 from ._module import pformat as pformat
+from ._module._compare import assert_tree_equal as assert_tree_equal
+from ._module._compare import tree_equal as tree_equal
+from ._module._filters import combine as combine
+from ._module._filters import filter as filter
+from ._module._filters import partition as partition
 from ._module._summary import Summary as Summary
 from ._module._summary import SummaryRow as SummaryRow
 from ._module._summary import summary as summary
 from ._module._surgery import tree_at as tree_at
-from ._tree._depth import COMPILED as _COMPILED
 from ._module._updates import apply_updates as apply_updates
+from ._tree._depth import COMPILED as _COMPILED
 
 _jax_bridge.install()  # registrations reach jax.tree_util when JAX is (or becomes) imported
 

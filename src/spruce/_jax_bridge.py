@@ -42,9 +42,10 @@ they are also exported by ``jax.tree_util``).  A JAX that changed one gets a ``J
 naming it, never a bridge that quietly does less: ``connect()`` raises it (so ``import
 spruce.jax`` and ``import spruce.nn`` do), and the implicit connections (``import spruce`` with
 JAX already imported, ``import jax`` after spruce), which must not break the import of either
-library, issue it as a ``JaxBridgeWarning`` and leave the two registries unconnected.  One exception: a changed ``register_dataclass`` closure only costs
-speed (such classes then go through JAX's own functions, with the same results), so it gives a
-``JaxBridgeWarning`` and the bridge connects.
+library, issue it as a ``JaxBridgeWarning`` and leave the two registries unconnected.  One
+exception: a changed ``register_dataclass`` closure only costs speed (such classes then go
+through JAX's own functions, with the same results), so it gives a ``JaxBridgeWarning`` and the
+bridge connects.
 """
 
 from __future__ import annotations

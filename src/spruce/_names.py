@@ -241,7 +241,7 @@ def unflatten_names(flat: Mapping[str, Any], *, sep: str = ".") -> Any:
             raise ValueError(f"unflatten_names: two names give the key path of {name!r}")
         node[key] = value
     result: dict[int, Any] = {}
-    for branch, parent, key in reversed(branches):
+    for branch, parent, _key in reversed(branches):
         converted = _convert(branch, result)
         if parent is None:
             return converted

@@ -66,7 +66,8 @@ def indivisible(shape: tuple[int, ...], spec: Any, mesh_shape: Mapping[str, int]
         if shape[dim] % parts_of(entry, mesh_shape):
             split = " x ".join(f"{a!r} of size {mesh_shape[a]}" for a in axes)
             out.append(
-                (dim, f"dimension {dim} of shape {shape} has length {shape[dim]}, which mesh axis {split} does not divide (spec {spec})")
+                (dim, f"dimension {dim} of shape {shape} has length {shape[dim]}, "
+                      f"which mesh axis {split} does not divide (spec {spec})")
             )
     return out
 

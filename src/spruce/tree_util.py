@@ -15,22 +15,16 @@ from .tree import GetAttrKey as GetAttrKey
 from .tree import Partial as Partial
 from .tree import PyTreeDef as PyTreeDef
 from .tree import SequenceKey as SequenceKey
-from .tree import all_leaves as all_leaves
-from .tree import flatten_one_level as flatten_one_level
-from .tree import flatten_one_level_with_path as flatten_one_level_with_keys
-from .tree import is_tree_node as is_tree_node
-from .tree import keystr as keystr
-from .tree import register_dataclass as register_dataclass
-from .tree import register_pytree_node as register_pytree_node
-from .tree import register_pytree_node_class as register_pytree_node_class
-from .tree import register_pytree_with_keys as register_pytree_with_keys
-from .tree import register_pytree_with_keys_class as register_pytree_with_keys_class
-from .tree import register_static as register_static
 from .tree import all as tree_all
+from .tree import all_leaves as all_leaves
 from .tree import any as tree_any
 from .tree import broadcast as tree_broadcast
 from .tree import flatten as tree_flatten
+from .tree import flatten_one_level as flatten_one_level
+from .tree import flatten_one_level_with_path as flatten_one_level_with_keys
 from .tree import flatten_with_path as tree_flatten_with_path
+from .tree import is_tree_node as is_tree_node
+from .tree import keystr as keystr
 from .tree import leaves as tree_leaves
 from .tree import leaves_with_path as tree_leaves_with_path
 from .tree import map as tree_map
@@ -38,14 +32,20 @@ from .tree import map_with_path as tree_map_with_path
 from .tree import partition as tree_partition
 from .tree import reduce as tree_reduce
 from .tree import reduce_associative as tree_reduce_associative
+from .tree import register_dataclass as register_dataclass
+from .tree import register_pytree_node as register_pytree_node
+from .tree import register_pytree_node_class as register_pytree_node_class
+from .tree import register_pytree_with_keys as register_pytree_with_keys
+from .tree import register_pytree_with_keys_class as register_pytree_with_keys_class
+from .tree import register_static as register_static
+from .tree import static as static
 from .tree import structure as tree_structure
 from .tree import transpose as tree_transpose
-from .tree import unflatten as tree_unflatten
-from .tree import unregister as unregister
-from .tree import static as static
 from .tree import treedef_children as treedef_children
 from .tree import treedef_is_leaf as treedef_is_leaf
 from .tree import treedef_tuple as treedef_tuple
+from .tree import unflatten as tree_unflatten
+from .tree import unregister as unregister
 
 KeyEntry = _Any
 KeyPath = tuple[_Any, ...]

@@ -134,7 +134,11 @@ def _function_text(x: Any) -> str | None:
 
 
 def _is_container(x: Any) -> bool:
-    return type(x) in (list, tuple, dict) or dataclasses.is_dataclass(x) and not isinstance(x, type) or is_namedtuple_type(type(x))
+    return (
+        type(x) in (list, tuple, dict)
+        or dataclasses.is_dataclass(x) and not isinstance(x, type)
+        or is_namedtuple_type(type(x))
+    )
 
 
 class _Builder:

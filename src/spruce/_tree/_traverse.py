@@ -229,7 +229,7 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
                 "which would have ended the iteration early; it is chained as the cause"
             )
             err.__cause__ = e  # (not ``raise ... from e``: compiled, that drops a StopIteration)
-            raise err
+            raise err  # noqa: B904 - the cause is set just above
         if not more:
             return
         yield out.pop()
@@ -295,7 +295,8 @@ def _fwp_rec(
             kstack.append(k)
         if depth + 1 >= limit:
             Walker(
-                None, is_leaf, none_is_leaf=none_is_leaf, paths=True, table=True, leaves=out, codes=codes, data=data, kstack=kstack
+                None, is_leaf, none_is_leaf=none_is_leaf, paths=True, table=True,
+                leaves=out, codes=codes, data=data, kstack=kstack
             ).walk(
                 ch, EMPTY, ckeys, depth + 1
             )

@@ -131,7 +131,8 @@ def _parser() -> _Parser:
     demo.add_argument("model", nargs="?", choices=("minilm", "crepe"), default="minilm",
                       help="minilm (default), or crepe: the CREPE pitch tracker on a synthesised melody")
     demo.add_argument("--out", metavar="DIR", default=None,
-                      help="minilm: the folder for the saved checkpoint, page and treemap, kept (default: a temporary folder, removed at the end)")
+                      help="minilm: the folder for the saved checkpoint, page and treemap, kept "
+                           "(default: a temporary folder, removed at the end)")
     demo.set_defaults(func=_demo)
     p.commands = {"inspect": ins, "diff": dif, "treemap": tm, "demo": demo}
     return p

@@ -189,7 +189,9 @@ class _Reader:
     def array(self, name: str) -> np.ndarray[Any, Any]:
         e = self.parsed.tensors.get(name)
         if e is None:
-            raise CheckpointError(f"the stored structure names a tensor {name[:200]!r} that the file does not have", self.parsed.path)
+            raise CheckpointError(
+                f"the stored structure names a tensor {name[:200]!r} that the file does not have", self.parsed.path
+            )
         if e.offset >= 0:
             return self.mapped.array(e)
         if self.zip is None:
@@ -439,14 +441,26 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
 
 
 @overload
-def load(path: PathLike, like: Any = None, *, strict: Literal[True] = True, rename: Rename | None = None, shardings: Any = None, dtype: Any = None, mmap: bool = True) -> Any: ...
+def load(
+    path: PathLike, like: Any = None, *, strict: Literal[True] = True, rename: Rename | None = None, shardings: Any = None,
+    dtype: Any = None, mmap: bool = True,
+) -> Any: ...
 @overload
-def load(path: PathLike, like: Any = None, *, strict: Literal[False], rename: Rename | None = None, shardings: Any = None, dtype: Any = None, mmap: bool = True) -> LoadResult: ...
+def load(
+    path: PathLike, like: Any = None, *, strict: Literal[False], rename: Rename | None = None, shardings: Any = None,
+    dtype: Any = None, mmap: bool = True,
+) -> LoadResult: ...
 @overload
-def load(path: PathLike, like: Any = None, *, strict: bool, rename: Rename | None = None, shardings: Any = None, dtype: Any = None, mmap: bool = True) -> Any: ...
+def load(
+    path: PathLike, like: Any = None, *, strict: bool, rename: Rename | None = None, shardings: Any = None,
+    dtype: Any = None, mmap: bool = True,
+) -> Any: ...
 
 
-def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Rename | None = None, shardings: Any = None, dtype: Any = None, mmap: bool = True) -> Any:
+def load(
+    path: PathLike, like: Any = None, *, strict: bool = True, rename: Rename | None = None, shardings: Any = None,
+    dtype: Any = None, mmap: bool = True,
+) -> Any:
     """Read a checkpoint written by ``save`` or ``save_sharded`` — or by another tool — into a
     pytree.
 

@@ -124,7 +124,9 @@ def _entries(parsed: Parsed, doc: dict[str, Any] | None) -> dict[str, LeafSpec]:
             if spec.name in out:
                 raise CheckpointError(f"corrupted {TREEDEF_KEY} metadata: the name {spec.name!r} is used twice", parsed.path)
             if spec.tensor and spec.name not in parsed.tensors:
-                raise CheckpointError(f"the stored structure names a tensor {spec.name[:200]!r} that the file does not have", parsed.path)
+                raise CheckpointError(
+                    f"the stored structure names a tensor {spec.name[:200]!r} that the file does not have", parsed.path
+                )
             out[spec.name] = spec
     for name in parsed.tensors:
         if name not in out:
@@ -272,7 +274,9 @@ def _fill(parsed: Parsed, reader: Any, spec: LeafSpec, x: Any, sharding: Any, ca
     if not same:
         return False, None
     jarr, sds = _jax_types()
-    if sharding is None and ((jarr is not None and isinstance(x, jarr)) or (sds is not None and isinstance(x, sds) and x.sharding is not None)):
+    if sharding is None and (
+        (jarr is not None and isinstance(x, jarr)) or (sds is not None and isinstance(x, sds) and x.sharding is not None)
+    ):
         sharding = x.sharding
     if to != e.final_dtype and _is_int(to):
         _check_fits(reader.array(spec.name), to, _spec_text(parsed, spec))
@@ -365,7 +369,8 @@ def _load_like(
     if mismatched:
         lines = "; ".join(f"{n}: like has {a}, the file {b}" for n, a, b in mismatched[:_MAX_LISTED])
         more = f" and {len(mismatched) - _MAX_LISTED} more" if len(mismatched) > _MAX_LISTED else ""
-        hint = f"; dtype='like' would cast {_listing(castable)} to like's dtype{'s' if len(castable) > 1 else ''}" if castable else ""
+        plural = "s" if len(castable) > 1 else ""
+        hint = f"; dtype='like' would cast {_listing(castable)} to like's dtype{plural}" if castable else ""
         raise MismatchError(
             f"load: {parsed.path} does not fit like: {lines}{more}{hint}",
             missing, unexpected, mismatched,

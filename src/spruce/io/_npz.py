@@ -34,7 +34,9 @@ MAX_NPY_HEADER: Final = 65536
 MAX_METADATA: Final = 100_000_000
 # deflate cannot expand data by more than about 1032:1.
 _DEFLATE_RATIO: Final = 1032
-_ZIP_ERRORS: Final = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, struct.error, ValueError, NotImplementedError)
+_ZIP_ERRORS: Final = (
+    zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, struct.error, ValueError, NotImplementedError
+)
 
 
 def _pread(f: IO[bytes], offset: int, n: int) -> bytes:
@@ -185,7 +187,9 @@ def parse(path: str) -> Parsed:
                 if name in views:
                     view = dtype_of(views[name])
                     if entry.dtype.kind != "u" or entry.dtype.itemsize != view.itemsize:
-                        raise CheckpointError(f"corrupted {DTYPES_KEY}: {name!r} is not stored as {view.itemsize}-byte integers", path)
+                        raise CheckpointError(
+                            f"corrupted {DTYPES_KEY}: {name!r} is not stored as {view.itemsize}-byte integers", path
+                        )
                     entry = entry._replace(view=view)
                 tensors[name] = entry
     return Parsed(path, "npz", tensors, meta, size, ident)

@@ -47,7 +47,9 @@ def wrap_keys(data: Any, impl: str, file: str, where: str) -> Any:
     try:
         import jax
     except ImportError:  # pragma: no cover - jax is installed wherever keys were saved
-        raise CheckpointError(f"the stored structure at {where or '<root>'!r} holds PRNG keys ({impl[:60]}), which need JAX", file) from None
+        raise CheckpointError(
+            f"the stored structure at {where or '<root>'!r} holds PRNG keys ({impl[:60]}), which need JAX", file
+        ) from None
     if np.dtype(data.dtype) != np.uint32:
         raise CheckpointError(
             f"the stored structure at {where or '<root>'!r} holds PRNG keys ({impl[:60]}) whose key "

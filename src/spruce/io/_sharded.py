@@ -122,7 +122,7 @@ def _plan(arrays: Mapping[str, Any], me: int, count: int = 1) -> list[_Block]:
             data = None
             if dev.process_index == me:
                 shard = local[dev]
-                data = lambda shard=shard: np.asarray(shard.data)  # noqa: E731  (one shard at a time)
+                data = lambda shard=shard: np.asarray(shard.data)  # one shard at a time
             blocks.append(_Block(name, _key(name, start, stop, shape), start, stop, int(dev.process_index), data))
     return blocks
 
@@ -347,7 +347,10 @@ def _tensor(path: str, name: str, info: Any, pieces: dict[str, Parsed]) -> tuple
     out: list[Slice] = []
     volume = 0
     for item in raw:
-        if not (type(item) is list and len(item) == 3 and type(item[0]) is str and type(item[1]) is str and type(item[2]) is list):
+        if not (
+            type(item) is list and len(item) == 3
+            and type(item[0]) is str and type(item[1]) is str and type(item[2]) is list
+        ):
             raise _bad(f"{where} has a malformed slice {str(item)[:120]}", path)
         file, key, bounds = item
         if len(bounds) != len(shape_t) or not all(
@@ -458,7 +461,9 @@ class Reader:
     def array(self, name: str) -> np.ndarray[Any, Any]:
         e = self.parsed.tensors.get(name)
         if e is None:
-            raise CheckpointError(f"the stored structure names a tensor {name[:200]!r} that the index does not have", self.parsed.path)
+            raise CheckpointError(
+                f"the stored structure names a tensor {name[:200]!r} that the index does not have", self.parsed.path
+            )
         return self.region(name, tuple(slice(0, n) for n in e.shape))
 
     def region(self, name: str, index: Any, detach: bool = False) -> np.ndarray[Any, Any]:

@@ -206,7 +206,10 @@ class _Encoder:
         if td.num_nodes == 1 and td.num_leaves == 1:
             return self.leaf(x, path)
         if id(x) in self.active:
-            raise ValueError(f"save: the tree contains itself: the container at key path {path_text(path)[:300]} is one of its own ancestors")
+            raise ValueError(
+                f"save: the tree contains itself: the container at key path {path_text(path)[:300]} "
+                "is one of its own ancestors"
+            )
         self.active.add(id(x))
         try:
             return self.container(x, kv, td, path, depth)
@@ -402,7 +405,10 @@ def _fields(node: dict[str, Any]) -> list[tuple[str, Any]]:
     return pairs
 
 
-_KINDS: Final = ("tuple", "list", "dict", "OrderedDict", "defaultdict", "deque", "namedtuple", "structseq", "class", "tensor", "value", "skipped")
+_KINDS: Final = (
+    "tuple", "list", "dict", "OrderedDict", "defaultdict", "deque", "namedtuple", "structseq", "class", "tensor", "value",
+    "skipped",
+)
 _LEAVES: Final = ("tensor", "value", "skipped")
 
 
@@ -690,7 +696,9 @@ class Decoder:
         try:
             got = [k for k, _ in _tree.flatten_one_level_with_path(obj)[0]]
         except (KeyError, AttributeError, TypeError, ValueError) as e:
-            raise self.cannot_rebuild(where, f"{node[kind]} cannot be flattened from the stored fields (the class has changed?): {e!r}") from None
+            raise self.cannot_rebuild(
+                where, f"{node[kind]} cannot be flattened from the stored fields (the class has changed?): {e!r}"
+            ) from None
         if got != [_tree.GetAttrKey(n) for n in names]:
             raise self.cannot_rebuild(
                 where,

@@ -64,7 +64,9 @@ def _node_budget(size: int) -> int:
 
 _LEGACY_MAGIC: Final = 0x1950A86A20F9469CFC6C
 _LEGACY_PROTOCOL: Final = 1001
-_ZIP_ERRORS: Final = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, struct.error, ValueError, NotImplementedError)
+_ZIP_ERRORS: Final = (
+    zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, struct.error, ValueError, NotImplementedError
+)
 
 # torch dtype names (as ``str(torch.float32)`` without ``torch.``) -> NumPy dtype names.
 _DTYPES: Final[dict[str, str]] = {

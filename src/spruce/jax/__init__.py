@@ -28,11 +28,11 @@ done by the import hook described in ``spruce/_jax_bridge.py``).
 from __future__ import annotations
 
 from .. import _jax_bridge
-from ._grad import filter_grad as filter_grad
-from ._grad import filter_value_and_grad as filter_value_and_grad
 from ._closure import filter_closure_convert as filter_closure_convert
 from ._custom import filter_custom_jvp as filter_custom_jvp
 from ._custom import filter_custom_vjp as filter_custom_vjp
+from ._grad import filter_grad as filter_grad
+from ._grad import filter_value_and_grad as filter_value_and_grad
 from ._jit import filter_jit as filter_jit
 from ._ravel import ravel_pytree as ravel_pytree
 from ._shard import filter_shard as filter_shard

@@ -114,7 +114,7 @@ def _same(a: Any, b: Any) -> bool:
         return True
     try:
         return bool(a == b)
-    except Exception:  # noqa: BLE001 - a value whose == raises or is not a bool: not the same
+    except Exception:  # a value whose == raises or is not a bool: not the same
         return False
 
 

@@ -259,9 +259,10 @@ def _compile(
 
     ``call(*args, **kwargs)`` runs ``inner`` compiled (a cache of entries keyed by the structure
     and static leaves of the arguments); ``lower(*args, **kwargs)`` returns a ``Lowered`` (of
-    ``_aot``) of a fresh entry, whose compiled form takes ``args[kept:]`` and ``kwargs``.  ``kept`` is 1 when ``args[0]`` is a leading argument that is not the user's
-    (a Module as the function, or the instance of a bound method); ``allow_direct`` enables the
-    direct mode (arguments all arrays or None passed to a ``jax.jit`` of ``inner`` itself).
+    ``_aot``) of a fresh entry, whose compiled form takes ``args[kept:]`` and ``kwargs``.
+    ``kept`` is 1 when ``args[0]`` is a leading argument that is not the user's (a Module as the
+    function, or the instance of a bound method); ``allow_direct`` enables the direct mode
+    (arguments all arrays or None passed to a ``jax.jit`` of ``inner`` itself).
     """
     cache: dict[tuple[Any, ...], Callable[..., Any]] = {}
     entries: dict[tuple[Any, ...], _Entry] = {}
@@ -353,7 +354,7 @@ def _compile(
         except (ValueError, RuntimeError) as err:  # (free unless raised)
             try:
                 better = _call_error(err, args, kwargs, kept)
-            except Exception:  # noqa: BLE001 - explaining failed: the original error stands
+            except Exception:  # explaining failed: the original error stands
                 better = None
             if better is None:
                 raise

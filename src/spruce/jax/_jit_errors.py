@@ -63,7 +63,7 @@ def _call_error(err: Exception, args: tuple[Any, ...], kwargs: dict[str, Any], k
     for path, x in dyn:
         try:
             gone = isinstance(x, jax.Array) and x.is_deleted()
-        except Exception:  # noqa: BLE001 - not a concrete array (a tracer): not deleted
+        except Exception:  # not a concrete array (a tracer): not deleted
             gone = False
         if gone:
             return RuntimeError(

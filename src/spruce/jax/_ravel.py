@@ -19,7 +19,8 @@ class _Unravel:
     ``jax.jit``), as JAX's.
     """
 
-    __slots__ = ("treedef", "sizes", "shapes", "from_dtypes", "to_dtype", "__weakref__")  # (jax.jit keeps weak references to functions)
+    # (__weakref__: jax.jit keeps weak references to functions)
+    __slots__ = ("treedef", "sizes", "shapes", "from_dtypes", "to_dtype", "__weakref__")
 
     def __init__(
         self,

@@ -40,8 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import nn, tree
-from .._module._surgery import tree_at
 from .._module import Module, field
+from .._module._surgery import tree_at
 from ..nn._attention import attend
 
 __all__ = [
@@ -205,7 +205,9 @@ class BertEmbeddings(Module):
         if position_ids is None:
             positions = jnp.asarray(self.position_ids)[0, :length]
         elif jnp.shape(position_ids) != (length,):
-            raise ValueError(f"BertEmbeddings: position_ids must have the shape of input_ids, {(length,)}, got {jnp.shape(position_ids)}")
+            raise ValueError(
+                f"BertEmbeddings: position_ids must have the shape of input_ids, {(length,)}, got {jnp.shape(position_ids)}"
+            )
         else:
             positions = jnp.asarray(position_ids)
         x = (
@@ -262,7 +264,10 @@ class BertSelfAttention(Module):
     def __call__(self, x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
         hidden = self.query_proj.weight.shape[1]
         if jnp.ndim(x) != 2 or jnp.shape(x)[1] != hidden:
-            raise ValueError(f"BertSelfAttention: x must have shape (L, {hidden}) (one sequence; use jax.vmap for a batch), got {jnp.shape(x)}")
+            raise ValueError(
+                f"BertSelfAttention: x must have shape (L, {hidden}) (one sequence; use jax.vmap for a batch), "
+                f"got {jnp.shape(x)}"
+            )
         length = x.shape[0]
         if mask is not None and jnp.shape(mask) != (length, length):
             raise ValueError(f"BertSelfAttention: mask must have shape {(length, length)}, got {jnp.shape(mask)}")
@@ -340,8 +345,9 @@ class BertModel(Module):
     one sequence: ``input_ids`` integer ``(L,)``, ``attention_mask`` ``(L,)`` (nonzero / True
     for real tokens, zero for padding; default all real) or ``(L, L)`` (query ``i`` may attend
     to key ``j``, as ``BertLayer``'s mask), ``token_type_ids`` integer ``(L,)`` (default
-    zeros), ``position_ids`` integer ``(L,)`` (default ``0, ..., L - 1``).  Returns the last hidden state, float32 ``(L, hidden_size)``, as
-    ``BertModel(...).last_hidden_state`` of Hugging Face transformers.  ``model.pool(hidden)``
+    zeros), ``position_ids`` integer ``(L,)`` (default ``0, ..., L - 1``).  Returns the last
+    hidden state, float32 ``(L, hidden_size)``, as ``BertModel(...).last_hidden_state`` of
+    Hugging Face transformers.  ``model.pool(hidden)``
     gives the pooled ``(hidden_size,)`` vector.
 
     Shapes of a small random model's outputs (``jax.eval_shape`` traces without computing;

@@ -167,7 +167,9 @@ class Crepe(Module):
     def __call__(self, frame: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
         frame = jnp.asarray(frame)
         if frame.shape != (WINDOW_SIZE,):
-            raise ValueError(f"Crepe: expected one frame of shape ({WINDOW_SIZE},) (use jax.vmap for a batch), got shape {frame.shape}")
+            raise ValueError(
+                f"Crepe: expected one frame of shape ({WINDOW_SIZE},) (use jax.vmap for a batch), got shape {frame.shape}"
+            )
         x = frame[None, :, None]  # (channels, time, unit axis), as PyTorch's NCHW without N
         for block in self.blocks:
             x = block(x)

@@ -39,7 +39,6 @@ import numpy as np
 
 from .._arrays import is_array
 from .._module._filters import combine, partition
-
 from .bert import BertConfig, BertModel, checkpoint_key
 
 if TYPE_CHECKING:

@@ -134,9 +134,10 @@ class MultiheadAttention(Module):
 
     Differences from torch: no batch axis (see above) and so no ``batch_first``, ``device``
     arguments; ``dtype`` is keyword-only (torch's ninth positional argument is
-    ``batch_first``), and ``inference`` is spruce's evaluation switch (torch's ``.eval()``); a query for which every key is blocked by the boolean masks gets weights 0 and
-    attention output 0 (its result is ``out_proj.bias``), as torch's ``need_weights=False``
-    path, where torch's ``need_weights=True`` path returns NaN; ``is_causal`` as above.
+    ``batch_first``), and ``inference`` is spruce's evaluation switch (torch's ``.eval()``); a
+    query for which every key is blocked by the boolean masks gets weights 0 and attention
+    output 0 (its result is ``out_proj.bias``), as torch's ``need_weights=False`` path, where
+    torch's ``need_weights=True`` path returns NaN; ``is_causal`` as above.
 
     Raises:
       TypeError for a non-int size, a missing PRNG key, or a call without ``key_`` and

@@ -26,7 +26,9 @@ def _padding(padding: Any, n: int, kernel: tuple[int, ...], dilation: tuple[int,
     if isinstance(padding, str):
         if not allow_strings or padding not in ("same", "valid"):
             allowed = "'same', 'valid', " if allow_strings else ""
-            raise ValueError(f"{layer}: padding must be {allowed}an int, a tuple of {n} ints or of {n} (low, high) pairs, got {padding!r}")
+            raise ValueError(
+                f"{layer}: padding must be {allowed}an int, a tuple of {n} ints or of {n} (low, high) pairs, got {padding!r}"
+            )
         if padding == "valid":
             return ((0, 0),) * n
         if any(s != 1 for s in stride):
@@ -47,7 +49,11 @@ def _padding(padding: Any, n: int, kernel: tuple[int, ...], dilation: tuple[int,
             raise ValueError(f"{layer}: padding must be an int, a tuple of {n} ints or of {n} (low, high) pairs, got {padding!r}")
     out = []
     for item in items:
-        pair = (item, item) if isinstance(item, int) and not isinstance(item, bool) else tuple(item) if isinstance(item, (tuple, list)) else None
+        pair = (
+            (item, item) if isinstance(item, int) and not isinstance(item, bool)
+            else tuple(item) if isinstance(item, (tuple, list))
+            else None
+        )
         if pair is None or len(pair) != 2 or any(isinstance(p, bool) or not isinstance(p, int) for p in pair):
             raise TypeError(f"{layer}: padding must be an int, a tuple of {n} ints or of {n} (low, high) pairs, got {padding!r}")
         if pair[0] < 0 or pair[1] < 0:
@@ -56,7 +62,9 @@ def _padding(padding: Any, n: int, kernel: tuple[int, ...], dilation: tuple[int,
     return tuple(out)
 
 
-def _init(key: jax.Array, wshape: tuple[int, ...], out_channels: int, use_bias: bool, dtype: Any) -> tuple[jax.Array, jax.Array | None]:
+def _init(
+    key: jax.Array, wshape: tuple[int, ...], out_channels: int, use_bias: bool, dtype: Any
+) -> tuple[jax.Array, jax.Array | None]:
     """PyTorch's default: ``kaiming_uniform_(a=sqrt(5))`` for the weight, i.e. bound
     ``1/sqrt(fan_in)``, and the same bound for the bias; ``fan_in = wshape[1] * prod(kernel)``."""
     fan_in = wshape[1] * math.prod(wshape[2:])

@@ -8,8 +8,8 @@ from typing import Any, Callable, Iterator, Literal, Sequence, overload
 import jax
 import jax.numpy as jnp
 
-from .._module import Module, field, is_array
 from .. import tree as _tree
+from .._module import Module, field, is_array
 from ._common import check_key, check_shape, check_size, default_float_dtype, uniform
 
 Features = int | Literal["scalar"]

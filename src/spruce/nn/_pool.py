@@ -33,7 +33,9 @@ def _window_pads(size: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[i
     for n, k, s, p, d in zip(size, kernel, stride, padding, dilation):
         span = d * (k - 1) + 1
         if n + 2 * p < span:
-            raise ValueError(f"{layer}: the input size {size} (padded by {padding}) is smaller than the window {kernel} (dilation {dilation})")
+            raise ValueError(
+                f"{layer}: the input size {size} (padded by {padding}) is smaller than the window {kernel} (dilation {dilation})"
+            )
         if ceil_mode:
             out = -(-(n + 2 * p - span) // s) + 1
             if (out - 1) * s >= n + p:
@@ -59,7 +61,10 @@ class _Pool(Module):
         self.padding = as_tuple(padding, n, "padding", name)
         for p, k in zip(self.padding, self.kernel_size):
             if 2 * p > k:
-                raise ValueError(f"{name}: padding should be at most half the kernel size (as in PyTorch), got padding={self.padding}, kernel_size={self.kernel_size}")
+                raise ValueError(
+                    f"{name}: padding should be at most half the kernel size (as in PyTorch), "
+                    f"got padding={self.padding}, kernel_size={self.kernel_size}"
+                )
         self.ceil_mode = bool(ceil_mode)
 
     def _check(self, x: Any) -> jax.Array:
@@ -85,7 +90,9 @@ class _MaxPool(_Pool):
 
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
         x = self._check(x)
-        pads = _window_pads(x.shape[1:], self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, type(self).__name__)
+        pads = _window_pads(
+            x.shape[1:], self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, type(self).__name__
+        )
         y: jax.Array = lax.reduce_window(
             x, _lowest(x.dtype), lax.max, (1,) + self.kernel_size, (1,) + self.stride,
             ((0, 0),) + pads, window_dilation=(1,) + self.dilation,
@@ -108,7 +115,9 @@ class _AvgPool(_Pool):
     ) -> None:
         self._setup(kernel_size, stride, padding, ceil_mode)
         self.count_include_pad = bool(count_include_pad)
-        if divisor_override is not None and (isinstance(divisor_override, bool) or not isinstance(divisor_override, int) or divisor_override <= 0):
+        if divisor_override is not None and (
+            isinstance(divisor_override, bool) or not isinstance(divisor_override, int) or divisor_override <= 0
+        ):
             raise ValueError(f"{type(self).__name__}: divisor_override must be None or an int > 0, got {divisor_override!r}")
         self.divisor_override = divisor_override
 
@@ -225,7 +234,9 @@ def _bins(n_in: int, n_out: int) -> list[tuple[int, int]]:
     return [((i * n_in) // n_out, -(-((i + 1) * n_in) // n_out)) for i in range(n_out)]
 
 
-def _adaptive(x: jax.Array, output_size: tuple[int | None, ...], reduce: Callable[[jax.Array, int, int, int], jax.Array]) -> jax.Array:
+def _adaptive(
+    x: jax.Array, output_size: tuple[int | None, ...], reduce: Callable[[jax.Array, int, int, int], jax.Array]
+) -> jax.Array:
     # A box's mean (max) is the mean (max) along one axis of the means (maxima) along the
     # others, so each spatial axis is pooled in turn.
     for axis, n_out in enumerate(output_size, start=1):

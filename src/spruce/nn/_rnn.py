@@ -65,7 +65,10 @@ class _Cell(Module):
         h = jnp.asarray(h)
         assert isinstance(h, jax.Array)
         if h.shape != (self.hidden_size,):
-            raise ValueError(f"{type(self).__name__}: {what} must have shape ({self.hidden_size},) (one example; use jax.vmap for a batch), got {h.shape}")
+            raise ValueError(
+                f"{type(self).__name__}: {what} must have shape ({self.hidden_size},) "
+                f"(one example; use jax.vmap for a batch), got {h.shape}"
+            )
         return h
 
 
@@ -99,7 +102,9 @@ class LSTMCell(_Cell):
 
     _gates = 4
 
-    def __call__(self, x: jax.Array, hidden: tuple[jax.Array, jax.Array] | None = None, *, key: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    def __call__(
+        self, x: jax.Array, hidden: tuple[jax.Array, jax.Array] | None = None, *, key: jax.Array | None = None
+    ) -> tuple[jax.Array, jax.Array]:
         if hidden is None:
             z = jnp.zeros((self.hidden_size,), self.weight_hh.dtype)
             hidden = (z, z)

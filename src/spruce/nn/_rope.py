@@ -65,7 +65,10 @@ class RotaryPositionalEmbedding(Module):
         else:
             positions = jnp.asarray(positions)
             if positions.shape != (x.shape[0],) or not jnp.issubdtype(positions.dtype, jnp.integer):
-                raise ValueError(f"RotaryPositionalEmbedding: positions must be an integer array of shape ({x.shape[0]},), got {positions.dtype}{list(positions.shape)}")
+                raise ValueError(
+                    f"RotaryPositionalEmbedding: positions must be an integer array of shape ({x.shape[0]},), "
+                    f"got {positions.dtype}{list(positions.shape)}"
+                )
             pos = positions.astype(ctype)
         inv_freq = 1.0 / (jnp.asarray(self.theta, ctype) ** (jnp.arange(0, d, 2, dtype=ctype) / d))
         angles = pos[:, None] * inv_freq[None, :]

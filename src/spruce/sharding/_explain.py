@@ -57,7 +57,8 @@ class Explanation:
     def __str__(self) -> str:
         head = ("path", "shape", "dtype", "rule", "spec", "per device", "replicated")
         body = [
-            (r.path or "<root>", str(r.shape), r.dtype, r.rule or "-", str(r.spec), format_bytes(r.bytes_per_device), f"{r.replication}x")
+            (r.path or "<root>", str(r.shape), r.dtype, r.rule or "-", str(r.spec), format_bytes(r.bytes_per_device),
+             f"{r.replication}x")
             for r in self.rows
         ]
         widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
@@ -152,7 +153,9 @@ def explain(tree: Any, mesh: Any, rules: Rules) -> Explanation:
         size = int(np.prod(shape, dtype=np.int64)) if shape else 1
         total += 0 if again else size * itemsize
         shard_bytes = itemsize * (int(np.prod(sharding.shard_shape(shape), dtype=np.int64)) if shape else 1)
-        rows.append(Row(name, shape, str(_placed_dtype(x.dtype)), rules.rules[i][0] if i >= 0 else "", spec, shard_bytes, len(indices) // max(1, len(distinct))))
+        rule = rules.rules[i][0] if i >= 0 else ""
+        replication = len(indices) // max(1, len(distinct))
+        rows.append(Row(name, shape, str(_placed_dtype(x.dtype)), rule, spec, shard_bytes, replication))
     unmatched = [p for j, (p, _) in enumerate(rules.rules) if j not in res.used]
     return Explanation(rows, per, unmatched, total, mesh)
 

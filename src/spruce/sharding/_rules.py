@@ -202,7 +202,9 @@ class Rules:
         object.__setattr__(self, "_hash", hash((self.rules, self.strict, self.on_indivisible)))
 
     @classmethod
-    def fsdp(cls, axis: str | tuple[str, ...], *, min_size: int = 1024, on_indivisible: Literal["error", "replicate"] = "replicate") -> Rules:
+    def fsdp(
+        cls, axis: str | tuple[str, ...], *, min_size: int = 1024, on_indivisible: Literal["error", "replicate"] = "replicate"
+    ) -> Rules:
         """Fully sharded data parallel: every array of at least ``min_size`` elements is split
         along one dimension over mesh axis ``axis``; smaller arrays, and arrays with no
         dimension that the axis size divides, are replicated.

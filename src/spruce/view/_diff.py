@@ -108,7 +108,7 @@ def _compare(a: Any, b: Any) -> tuple[str, float, float, str]:
     nan = math.nan
     try:
         fa, fb = np.asarray(a), np.asarray(b)
-    except Exception as e:  # noqa: BLE001 - e.g. a deleted (donated) jax.Array
+    except Exception as e:  # e.g. a deleted (donated) jax.Array
         return UNREADABLE, nan, nan, f"{type(e).__name__}: {e}"
     try:
         if _is_numeric(fa.dtype) and _is_numeric(fb.dtype):
@@ -119,7 +119,7 @@ def _compare(a: Any, b: Any) -> tuple[str, float, float, str]:
             if not np.array_equal(fa[start:start + _CHUNK], fb[start:start + _CHUNK]):
                 return CHANGED, nan, nan, ""
         return SAME, nan, nan, ""
-    except Exception as e:  # noqa: BLE001 - an element __eq__ that raises or is not a bool
+    except Exception as e:  # an element __eq__ that raises or is not a bool
         return UNREADABLE, nan, nan, f"could not compare the values: {type(e).__name__}: {e}"
 
 
@@ -228,7 +228,7 @@ def _rank(d: TensorDiff) -> tuple[int, float, float, str]:
 def _equal(x: Any, y: Any) -> bool:
     try:
         return type(x) is type(y) and bool(x == y)
-    except Exception:  # noqa: BLE001 - an __eq__ that raises or returns an array
+    except Exception:  # an __eq__ that raises or returns an array
         return x is y
 
 
@@ -276,10 +276,13 @@ def diff_html(a: Any, b: Any, *, title: str | None = None, names: tuple[str, str
         mx = none if math.isnan(d.max_abs) else fmt(d.max_abs)
         share = (d.rel_l2 / top if top and math.isfinite(d.rel_l2) else (1.0 if d.rel_l2 == math.inf else 0.0))
         graph = bar(share) if d.status == CHANGED and not math.isnan(d.rel_l2) else esc(d.note)
-        return (f'<tr data-name="{esc(d.name)}" data-status="{d.status}"><td><span class="tag {_CSS[d.status]}">{d.status}</span></td>'
-                f'<td class="mono">{esc(d.name)}</td><td class="mono {_CSS[d.status] if d.status in (REMOVED, RESHAPED) else ""}">{esc(d.a)}</td>'
+        return (f'<tr data-name="{esc(d.name)}" data-status="{d.status}">'
+                f'<td><span class="tag {_CSS[d.status]}">{d.status}</span></td>'
+                f'<td class="mono">{esc(d.name)}</td>'
+                f'<td class="mono {_CSS[d.status] if d.status in (REMOVED, RESHAPED) else ""}">{esc(d.a)}</td>'
                 f'<td class="mono {_CSS[d.status] if d.status in (ADDED, RESHAPED) else ""}">{esc(d.b)}</td>'
-                f'<td class="num">{esc(format_bytes(d.nbytes))}</td><td class="num">{mx}</td><td class="num">{rel}</td><td>{graph}</td></tr>')
+                f'<td class="num">{esc(format_bytes(d.nbytes))}</td><td class="num">{mx}</td><td class="num">{rel}</td>'
+                f'<td>{graph}</td></tr>')
 
     differing = [d for d in rows if d.status != SAME]
     same = [d for d in rows if d.status == SAME]

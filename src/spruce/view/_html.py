@@ -217,9 +217,9 @@ def _row(model: Model, n: Node, label: str, depth: int, total: int, stats: bool,
         cells.append(_array_cells(model, n, stats))
     elif n.kind == LEAF:
         cells.append(f'<span class="t">{esc(n.type_name)}</span>')
-        cells.append(f'<span class="s" title="{esc(n.text)}">{esc(n.text)}</span><span></span><span></span><span></span><span></span>')
+        cells.append(f'<span class="s" title="{esc(n.text)}">{esc(n.text)}</span>' + "<span></span>" * 4)
     elif n.kind == NONE:
-        cells.append('<span class="t">None</span><span class="n note">empty</span><span></span><span></span><span></span><span></span>')
+        cells.append('<span class="t">None</span><span class="n note">empty</span>' + "<span></span>" * 4)
     elif n.kind in (SHARED, CYCLE):
         where = model.name(n.target) or "(root)"
         if n.kind == SHARED:

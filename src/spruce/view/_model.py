@@ -82,7 +82,7 @@ def safe_repr(x: Any, limit: int = _REPR_LIMIT) -> str:
     """``repr(x)`` on one line, cut to ``limit`` characters; never raises."""
     try:
         text = repr(x)
-    except Exception as e:  # noqa: BLE001 - a picture never fails on a user object
+    except Exception as e:  # a picture never fails on a user object
         return f"<repr raised {type(e).__name__}>"
     if not isinstance(text, str):
         return "<repr returned a non-str>"
@@ -100,7 +100,7 @@ def shorten(text: str, limit: int) -> str:
 def type_name(x: Any) -> str:
     try:
         return str(type(x).__name__)
-    except Exception:  # noqa: BLE001 - a metaclass whose __name__ raises
+    except Exception:  # a metaclass whose __name__ raises
         return "?"
 
 
@@ -123,7 +123,7 @@ def _array_info(x: Any) -> tuple[str, tuple[int, ...], int] | None:
             if len(_DTYPE_NAMES) < 256:
                 _DTYPE_NAMES[dtype] = name
         return name, shaped[0], shaped[1]
-    except Exception:  # noqa: BLE001 - a shape or dtype property that raises
+    except Exception:  # a shape or dtype property that raises
         return None
 
 
@@ -133,7 +133,7 @@ def _key(entry: Any) -> str:
         return str(entry.idx)
     try:
         return path_name((entry,))
-    except Exception:  # noqa: BLE001 - a key whose str raises
+    except Exception:  # a key whose str raises
         return "?"
 
 
@@ -164,7 +164,7 @@ def build(tree: Any, *, is_leaf: Callable[[Any], bool] | None = None) -> Model:
         try:
             chosen = isinstance(x, TensorInfo) or (is_leaf is not None and bool(is_leaf(x)))
             leafy = chosen or _tree.is_leaf(x)
-        except Exception as e:  # noqa: BLE001 - a registry lookup or predicate that raises
+        except Exception as e:  # a registry lookup or predicate that raises
             n.kind, n.text = ERROR, f"{type(e).__name__}: {safe_repr(e, 120)}"
             continue
         if leafy:
@@ -180,7 +180,7 @@ def build(tree: Any, *, is_leaf: Callable[[Any], bool] | None = None) -> Model:
             continue
         try:
             children = _tree.flatten_one_level_with_path(x)[0]
-        except Exception as e:  # noqa: BLE001 - a custom flatten that raises
+        except Exception as e:  # a custom flatten that raises
             n.kind, n.text = ERROR, f"flatten raised {type(e).__name__}: {safe_repr(e, 120)}"
             continue
         n.kind = NODE

@@ -101,7 +101,7 @@ def leaf_layout(x: Any) -> Layout | None:
         if math.prod(sizes.values()) < 2:
             return None
         return Layout(normalize(spec, len(x.shape), sizes), sizes)
-    except Exception:  # noqa: BLE001 - an unusual sharding object: no picture, no failure
+    except Exception:  # an unusual sharding object: no picture, no failure
         return None
 
 
@@ -263,8 +263,9 @@ def sharding_html(leaves: Iterable[Any], *, title: str | None = None) -> str:
             raise ValueError(f"{leaf.path}: {e}") from None
         block = shard_shape(leaf.shape, norm, leaf.mesh)
         per_device = math.prod(block) * _itemsize(leaf.dtype)
+        dtype_name = np.dtype(leaf.dtype).name if not isinstance(leaf.dtype, str) else leaf.dtype
         rows.append(
-            f'<tr><td class="mono">{esc(leaf.path)}</td><td class="mono">{esc(np.dtype(leaf.dtype).name if not isinstance(leaf.dtype, str) else leaf.dtype)}</td>'
+            f'<tr><td class="mono">{esc(leaf.path)}</td><td class="mono">{esc(dtype_name)}</td>'
             f'<td class="mono">{list(leaf.shape)}</td><td class="mono">{esc(Layout(norm, dict(leaf.mesh)).describe())}</td>'
             f'<td class="mono">{list(block)}</td><td class="num">{esc(format_bytes(per_device))}</td>'
             f"<td>{device_grid(leaf.shape, norm, leaf.mesh, width=96, height=40)}</td></tr>"

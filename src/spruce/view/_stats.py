@@ -33,7 +33,7 @@ def _real_view(x: Any) -> np.ndarray[Any, Any] | None:
     """The array as a 1-D NumPy array of a real numeric dtype, or None if it has none."""
     try:
         a = np.asarray(x)
-    except Exception:  # noqa: BLE001 - an array that cannot reach the host (e.g. a PRNG key)
+    except Exception:  # an array that cannot reach the host (e.g. a PRNG key)
         return None
     kind = a.dtype.kind
     if kind in "biuf":
