@@ -121,7 +121,7 @@ def _same(a: Any, b: Any) -> bool:
 _tree.register_pytree_with_keys(
     _ClosureConverted,
     lambda c: (((_tree.GetAttrKey("consts"), c.consts),), c._sig),
-    lambda sig, children: _ClosureConverted(children[0], sig),
+    lambda sig, children: _ClosureConverted(next(iter(children)), sig),
     lambda c: ((c.consts,), c._sig),
 )
 
