@@ -223,10 +223,6 @@ def _on_register(t: type) -> None:
 # ------------------------------------------------------------------------------ JAX -> spruce
 
 
-def _is_namedtuple_type(t: type) -> bool:
-    return issubclass(t, tuple) and hasattr(t, "_fields")
-
-
 def _from_jax(t: type) -> NodeInfo | None:
     """How JAX flattens ``t`` (a type spruce has no registration for), or None for a leaf."""
     if t in _in_jax:
@@ -238,7 +234,7 @@ def _from_jax(t: type) -> NodeInfo | None:
     except Exception:  # not something JAX can classify: a leaf
         return None
     entry = _jax["entries"].get(t)
-    if entry is None and _is_namedtuple_type(t):
+    if entry is None and _registry.is_namedtuple_type(t):
         return None  # JAX's built-in namedtuple handling: spruce has the same
     fields = _dataclass_fields_of_jax_registration(t, entry, _jax["dataclass_code"])
     if fields is not None:  # read and rebuilt as JAX does, by spruce's own (compiled) loops

@@ -5,12 +5,12 @@ on its sharding, with the mismatch messages that name the key paths (``_load_lik
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable, Mapping, Union
 
 import numpy as np
 
 from .. import tree as _tree
+from .._arrays import jax_if_imported
 from .._names import flatten_names
 from ._dtypes import describe, dtype_of
 from ._errors import CheckpointError, MismatchError
@@ -187,7 +187,7 @@ def _like_text(x: Any) -> str:
 
 
 def _jax_types() -> tuple[Any, Any]:
-    jax = sys.modules.get("jax")
+    jax = jax_if_imported()
     if jax is None:
         return None, None
     return getattr(jax, "Array", None), getattr(jax, "ShapeDtypeStruct", None)

@@ -21,11 +21,11 @@ import json
 import os
 import re
 import secrets
-import sys
 from typing import Any, Final, Mapping, NamedTuple
 
 import numpy as np
 
+from .._arrays import jax_if_imported
 from . import _safetensors
 from ._dtypes import CODE_OF_NAME, SAFETENSORS_CODES, SAFETENSORS_NAMES, dtype_of
 from ._errors import CheckpointError
@@ -79,7 +79,7 @@ def is_sharded(path: str) -> bool:
 
 
 def _process() -> tuple[int, int]:
-    jax = sys.modules.get("jax")
+    jax = jax_if_imported()
     if jax is None:
         return 0, 1
     return int(jax.process_index()), int(jax.process_count())
@@ -104,7 +104,7 @@ def _plan(arrays: Mapping[str, Any], me: int, count: int = 1) -> list[_Block]:
     """Every distinct block of every array, its writer, and (for this process) its data.
     With several processes, an array held by this process's devices only (not a global
     array) is a host value, written by process 0 like a NumPy array."""
-    jarr = getattr(sys.modules.get("jax"), "Array", None)
+    jarr = getattr(jax_if_imported(), "Array", None)
     blocks: list[_Block] = []
     for name, x in arrays.items():
         shape = tuple(int(d) for d in x.shape)

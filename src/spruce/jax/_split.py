@@ -14,6 +14,7 @@ from typing import Any, Callable
 from .. import tree as _tree
 from .._arrays import is_array
 from .._module._module import _ModuleAux, _ModuleMeta
+from .._tree._registry import is_namedtuple_type
 
 
 class _Token:
@@ -236,7 +237,7 @@ def _walker_for(x: Any) -> _Walker:
         fields = [d[n] for n in aux.dynamic]
         if len(fields) == len(children) and all(a is b for a, b in zip(fields, children)):
             w = _module_walker(t, aux.dynamic, aux.static)
-    elif issubclass(t, tuple) and hasattr(t, "_fields") and node == (t, None):
+    elif is_namedtuple_type(t) and node == (t, None):
         if len(children) == len(x) and all(a is b for a, b in zip(children, x)):
             w = _namedtuple_walker(t)
     _WALKERS[t] = w
