@@ -410,6 +410,19 @@ def load(path: PathLike, like: Any = None, *, strict: bool = True, rename: Renam
     the same kind); a ``jax.ShapeDtypeStruct`` gives a NumPy array (a jax.Array if it has a
     sharding).
 
+    A model loaded with NumPy leaves runs as it is, eagerly and under every JAX transform (the
+    ``spruce.nn`` layers compute with ``jax.numpy``, which takes NumPy arrays and tracers
+    alike).  Under ``jax.jit``, pass it as an argument, put on the device once::
+
+        model = jax.device_put(model)                 # NumPy leaves -> jax.Arrays, once
+        y = jax.jit(lambda m, x: m(x))(model, x)      # or spruce.jax.filter_jit
+
+    A jitted function that closes over the model instead (``jax.jit(model)``,
+    ``jax.jit(lambda x: model(x))``) bakes every array of the model into the compiled program
+    as a constant (NumPy or JAX arrays alike): compilation is slower, the program holds a copy
+    of the weights, and every new closure compiles again.  NumPy leaves passed as arguments
+    without ``device_put`` are copied to the device on every call.
+
     Arrays from a .safetensors file or an uncompressed .npz are memory-mapped copy-on-write:
     nothing is read until used, and writing to them does not change the file.  Before any
     data is touched the header is validated: a truncated file, a header whose length, offsets

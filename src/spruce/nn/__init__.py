@@ -19,6 +19,10 @@ its parameter names, layouts, initialisation and semantics, so a PyTorch ``state
 by name (``spruce.io.load(path, like=model)``); inputs are channels first, as PyTorch's without
 the batch axis.  Every such layer is tested against torch.nn.
 
+Parameters may be JAX or NumPy arrays (``spruce.io.load`` returns NumPy ones): every layer
+gives the same values with either, eagerly and under ``jax.jit`` (the model closed over or
+passed as an argument), ``jax.vmap``, ``jax.grad`` and ``spruce.jax.filter_jit``.
+
 Layer state that is not a parameter: ``State``, ``make_with_state`` and ``update_state`` carry
 BatchNorm's running statistics through a training step, and ``inference_mode(tree, value=True)``
 switches every layer with an ``inference`` field (Dropout, BatchNorm).  BatchNorm keeps its

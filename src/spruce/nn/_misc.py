@@ -66,7 +66,9 @@ class Embedding(Module):
         x = jnp.asarray(x)
         if not jnp.issubdtype(x.dtype, jnp.integer):
             raise TypeError(f"Embedding: indices must be integers, got dtype {x.dtype}")
-        return self.weight[x]
+        # As a JAX array: a NumPy table (as spruce.io.load returns) indexed by a traced index
+        # would ask the tracer for a NumPy value (TracerArrayConversionError).
+        return jnp.asarray(self.weight)[x]
 
 
 class Dropout(Module):
