@@ -16,6 +16,7 @@ import pytest
 import spruce
 import spruce.nn as nn
 import spruce.tree as st
+from spruce.jax import filter_grad
 from helpers import FLOAT_ATOL, FLOAT_RTOL
 from test_module import SimpleNN
 
@@ -612,7 +613,6 @@ def test_batchnorm_momentum_none_is_the_average_of_all_batches(tmp_path: Any) ->
     expected = (batches[0] - np.array([7 / 3, 2 / 3])[:, None]) / np.sqrt(np.array([32 / 9, 40 / 9])[:, None] + 1e-5)
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
     assert nn.BatchNorm(2, momentum=None, track_running_stats=False).num_batches_tracked is None
-    assert nn.BatchNorm(2).num_batches_tracked is None and nn.BatchNorm(2).state_fields == ("running_mean", "running_var")
 
 
 def test_batchnorm_training_errors() -> None:
@@ -644,7 +644,10 @@ def test_state_in_a_model_trains_under_jit_and_grad() -> None:
         out, s = jax.vmap(forward, axis_name="batch", in_axes=(None, None, 0, 0), out_axes=(0, None))(m, s, x, keys)
         return jnp.sum(out**2), s
 
-    (value, new_state), grads = jax.value_and_grad(loss, has_aux=True)(model, state)
+    # allow_int: the model holds BatchNorm's integer counter (its gradient is a float0 zero).
+    (value, new_state), grads = jax.value_and_grad(loss, has_aux=True, allow_int=True)(model, state)
+    assert grads[1].num_batches_tracked.dtype == jax.dtypes.float0
+    assert int(new_state.get(model[1])[2]) == 1
     assert st.structure(new_state) == st.structure(state)
     assert not np.allclose(new_state.get(model[1])[0], 0.0)
     # The running statistics take no part in the training output: their gradients are zero.
@@ -652,6 +655,43 @@ def test_state_in_a_model_trains_under_jit_and_grad() -> None:
     updated = nn.update_state(model, new_state)
     np.testing.assert_array_equal(updated[1].running_var, new_state.get(model[1])[1])
     assert updated[0] is not model[0] and updated[0].weight is model[0].weight
+
+
+def test_batchnorm_counter_is_pytorchs_and_every_training_step_counts() -> None:
+    bn = nn.BatchNorm(2, axis_name="batch")  # momentum 0.1: the counter is kept all the same
+    count = bn.num_batches_tracked
+    assert isinstance(count, np.ndarray) and count.dtype == np.int64 and count.shape == () and int(count) == 0
+    assert bn.state_fields == ("running_mean", "running_var", "num_batches_tracked")
+    assert nn.BatchNorm(2, track_running_stats=False).num_batches_tracked is None  # as PyTorch
+    step = jax.jit(jax.vmap(bn, axis_name="batch", in_axes=(0, None), out_axes=(0, None)))
+    state = nn.State(bn)
+    for _ in range(2):
+        _, state = step(jnp.ones((3, 2)), state)
+    trained = nn.update_state(bn, state)
+    assert trained.num_batches_tracked.dtype == np.int64 and int(trained.num_batches_tracked) == 2
+
+
+def test_gradients_of_a_model_with_a_batchnorm_counter() -> None:
+    """The integer counter is a leaf: filter_grad skips it (None), jax.grad with allow_int=True
+    gives it a float0 zero, plain jax.grad refuses it; the floating gradients agree."""
+    model = nn.inference_mode(_model_with_batchnorm())
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((2, 6)), jnp.float32)
+
+    def loss(m: Any) -> jax.Array:
+        return jnp.sum(m[3](m[2](m[1](m[0](x))).mean(0)) ** 2)
+
+    filtered = filter_grad(loss)(model)
+    assert filtered[1].num_batches_tracked is None
+    plain = jax.grad(loss, allow_int=True)(model)
+    assert plain[1].num_batches_tracked.dtype == jax.dtypes.float0
+    params, rest = spruce.partition(model, spruce.is_inexact_array)
+    partitioned = jax.grad(lambda p: loss(spruce.combine(p, rest)))(params)
+    for grads in (plain, partitioned):
+        for got, want in zip(st.leaves(spruce.filter(grads, spruce.is_inexact_array)), st.leaves(filtered), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert np.any(np.asarray(filtered[0].weight) != 0)
+    with pytest.raises(TypeError, match="allow_int"):
+        jax.grad(loss)(model)
 
 
 def test_inference_mode_switches_every_layer_with_an_inference_field() -> None:

@@ -39,30 +39,24 @@ def _rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def _torch_params(tlayer: Any) -> dict[str, np.ndarray]:
-    return {k: v.detach().numpy().copy() for k, v in tlayer.state_dict().items() if not k.endswith("num_batches_tracked")}
-
-
 def copy_to_torch(layer: Any, tlayer: Any) -> None:
-    """Load the spruce layer's parameters into the torch layer by name: the dotted key paths of
-    the spruce layer must be exactly the keys of torch's state_dict (num_batches_tracked aside)."""
+    """Load the spruce layer's parameters into the torch layer by name, strictly: the dotted key
+    paths of the spruce layer are exactly the keys of torch's state_dict (buffers included)."""
     params = {name: np.asarray(v) for name, v in spruce.io.flatten_names(layer).items()}
-    assert sorted(params) == sorted(_torch_params(tlayer))
-    missing, unexpected = tlayer.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in params.items()}, strict=False)
-    assert unexpected == [] and all(m.endswith("num_batches_tracked") for m in missing)
+    assert sorted(params) == sorted(tlayer.state_dict())
+    tlayer.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in params.items()})
 
 
 def load_from_torch(tlayer: Any, layer: Any, tmp_path: Any) -> Any:
-    """A PyTorch state_dict, saved as safetensors, loaded into the spruce layer by name."""
+    """A PyTorch state_dict, saved as safetensors, loaded into the spruce layer by name,
+    strictly (every tensor used, every leaf filled, dtypes equal)."""
     path = os.path.join(tmp_path, "torch.safetensors")
     sd = {k: v.detach().numpy().copy() for k, v in tlayer.state_dict().items()}
     save_file(sd, path)
-    res = spruce.io.load(path, like=layer, strict=False)
-    assert res.missing == []
-    assert all(u.endswith("num_batches_tracked") for u in res.unexpected)
-    for name, value in spruce.io.flatten_names(res.tree).items():
+    tree = spruce.io.load(path, like=layer)
+    for name, value in spruce.io.flatten_names(tree).items():
         np.testing.assert_array_equal(np.asarray(value), sd[name])
-    return res.tree
+    return tree
 
 
 def _randomise(tlayer: Any, seed: int) -> None:
@@ -259,7 +253,8 @@ def test_batchnorm_training_matches_torch_train(shape: tuple[int, ...], affine: 
         with torch.no_grad():
             expected = tlayer(torch.from_numpy(x)).numpy()
         np.testing.assert_allclose(np.asarray(y), expected, rtol=RTOL, atol=ATOL)
-        mean, var = state.get(layer)
+        mean, var, count = state.get(layer)
+        assert int(count) == int(tlayer.num_batches_tracked) == i + 1  # counted with any momentum
         # PyTorch updates running_var with the unbiased batch variance.
         np.testing.assert_allclose(mean, tlayer.running_mean.numpy(), rtol=RTOL, atol=ATOL)
         np.testing.assert_allclose(var, tlayer.running_var.numpy(), rtol=RTOL, atol=ATOL)
@@ -453,12 +448,11 @@ def test_small_model_state_dict_loads_by_name(tmp_path: Any) -> None:
     ])
     path = os.path.join(tmp_path, "model.safetensors")
     save_file({k: v.numpy() for k, v in tmodel.state_dict().items()}, path)
-    res = spruce.io.load(path, like=model, strict=False, rename=lambda n: None if n.endswith("num_batches_tracked") else "layers." + n)
-    assert res.missing == [] and res.unexpected == []
+    loaded = spruce.io.load(path, like=model, rename=lambda n: "layers." + n)  # strict: BatchNorm's counters too
     x = _rng().standard_normal((3, 1, 64, 1)).astype(np.float32)
     with torch.no_grad():
         expected = tmodel(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(_batch(res.tree, x), expected, **_tolerance(32))
+    np.testing.assert_allclose(_batch(loaded, x), expected, **_tolerance(32))
 
 
 def test_tied_weights_match_torch_tied_gradient() -> None:

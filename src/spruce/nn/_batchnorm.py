@@ -40,14 +40,22 @@ class BatchNorm(Module):
       dtype: parameter and statistics dtype (default float32).
 
     Fields: ``weight``, ``bias``, ``running_mean``, ``running_var``, ``num_batches_tracked`` —
-    PyTorch's names, so a state dict loads by name — and static ``num_features``, ``eps``,
-    ``momentum``, ``axis_name``, ``inference``, ``state_index`` (the key of this layer's entry
-    in a ``State``).  ``num_batches_tracked``, the number of training batches seen, is kept
-    only with ``momentum=None`` and running statistics, which need it (None otherwise; PyTorch
-    keeps it always, and ``spruce.io.load(..., strict=False)`` reports it as unexpected
-    there): a 0-d NumPy int64 array, PyTorch's dtype, which ``update_state`` keeps.  An integer
-    leaf cannot be differentiated: take gradients of such a model with
-    ``spruce.jax.filter_grad`` (floating leaves only), not ``jax.grad``.
+    PyTorch's names, so a PyTorch ``BatchNorm1d/2d/3d`` state dict loads by name, strictly —
+    and static ``num_features``, ``eps``, ``momentum``, ``axis_name``, ``inference``,
+    ``state_index`` (the key of this layer's entry in a ``State``).
+
+    ``num_batches_tracked``, the number of training batches seen, is kept whenever the running
+    statistics are (None with ``track_running_stats=False``, as PyTorch), and counts every
+    training step, whatever the momentum (only ``momentum=None`` reads it).  It is a 0-d
+    **NumPy int64** array: PyTorch's dtype, which ``spruce.io.load`` checks without casting and
+    which JAX arrays cannot hold unless ``jax_enable_x64`` is on (a jitted step returns it as
+    int32; ``update_state`` casts it back), so load a PyTorch file into a model as built, not
+    one put through ``jax.device_put``.  An integer leaf has no gradient, and ``jax.grad``
+    refuses one among its inputs: differentiate a model holding a BatchNorm with
+    ``spruce.jax.filter_grad`` / ``filter_value_and_grad`` (the floating leaves; None at the
+    counter, as Equinox), or with ``jax.grad(loss, allow_int=True)`` (a ``float0`` zero
+    gradient at the counter; drop it before an optimizer), or differentiate the floating part
+    (``params, rest = spruce.partition(model, spruce.is_inexact_array)``).
 
     Call: ``bn(x, state=None, *, key=None, inference=None)`` with ``x`` of shape ``(C, ...)``.
 
@@ -86,13 +94,9 @@ class BatchNorm(Module):
     inference: bool = field(static=True)
     state_index: str | None = field(static=True, repr=False)
 
-    @property
-    def state_fields(self) -> tuple[str, ...]:
-        """What a ``State`` holds for this layer (not a field): the running statistics, and the
-        batch counter with ``momentum=None``."""
-        if self.momentum is None:
-            return ("running_mean", "running_var", "num_batches_tracked")
-        return ("running_mean", "running_var")
+    #: What a ``State`` holds for this layer (not a field): the running statistics and the
+    #: batch counter.
+    state_fields = ("running_mean", "running_var", "num_batches_tracked")
 
     def __init__(
         self,
@@ -117,7 +121,7 @@ class BatchNorm(Module):
         self.bias = jnp.zeros((num_features,), dtype) if affine else None
         self.running_mean = jnp.zeros((num_features,), dtype) if track_running_stats else None
         self.running_var = jnp.ones((num_features,), dtype) if track_running_stats else None
-        self.num_batches_tracked = np.zeros((), np.int64) if track_running_stats and momentum is None else None
+        self.num_batches_tracked = np.zeros((), np.int64) if track_running_stats else None
         self.num_features = num_features
         self.eps = float(eps)
         self.momentum = None if momentum is None else float(momentum)
@@ -172,16 +176,13 @@ class BatchNorm(Module):
                         f"one example of shape {x.shape})"
                     )
                 old = state.get(self) or tuple(getattr(self, f) for f in self.state_fields)
-                count: tuple[Any, ...] = ()
-                if self.momentum is None:  # cumulative moving average, as PyTorch's momentum=None
-                    count = (jnp.asarray(old[2]) + 1,)
-                    m: Any = 1.0 / count[0].astype(ctype)
-                else:
-                    m = self.momentum
+                count = jnp.asarray(old[2]) + 1  # every step counts, as PyTorch
+                # momentum=None: the cumulative moving average, as PyTorch's.
+                m: Any = 1.0 / count.astype(ctype) if self.momentum is None else self.momentum
                 unbiased = var * (n / max(n - 1, 1))
-                rm = (1 - m) * old[0].astype(ctype) + m * mean
-                rv = (1 - m) * old[1].astype(ctype) + m * unbiased
-                new_state = state.set(self, (rm.astype(self.running_mean.dtype), rv.astype(self.running_var.dtype)) + count)
+                rm = (1 - m) * jnp.asarray(old[0]).astype(ctype) + m * mean
+                rv = (1 - m) * jnp.asarray(old[1]).astype(ctype) + m * unbiased
+                new_state = state.set(self, (rm.astype(self.running_mean.dtype), rv.astype(self.running_var.dtype), count))
         shape = (-1,) + (1,) * len(spatial)
         y = (xf - mean.reshape(shape)) * lax.rsqrt(var + self.eps).reshape(shape)
         if self.weight is not None:

@@ -44,7 +44,7 @@ class State(Module):
     ``State(model)`` collects the current values from ``model`` (``State()`` is empty; a layer
     absent from a state starts from the values it holds).  Field: ``values``, a dict from a
     layer's ``state_index`` to the tuple of its ``state_fields`` values (for BatchNorm
-    ``(running_mean, running_var)``, and ``num_batches_tracked`` third with ``momentum=None``);
+    ``(running_mean, running_var, num_batches_tracked)``);
     it is the only child, so ``jax.jit``, ``jax.vmap``
     (``in_axes=None`` / ``out_axes=None``: the statistics are the same for every example) and
     ``spruce.io.save`` take a State like any pytree.
@@ -107,7 +107,7 @@ def make_with_state(cls: Callable[..., Any]) -> Callable[..., tuple[Any, State]]
     >>> from spruce.nn import BatchNorm
     >>> bn, state = make_with_state(BatchNorm)(3, axis_name='batch')
     >>> [a.shape for a in state.get(bn)]
-    [(3,), (3,)]
+    [(3,), (3,), ()]
     """
 
     def make(*args: Any, **kwargs: Any) -> tuple[Any, State]:
