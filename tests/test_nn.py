@@ -251,6 +251,60 @@ def test_sequential_lambda_identity() -> None:
         nn.Lambda(3)  # type: ignore[arg-type]
 
 
+def test_sequential_children_are_its_layers_keyed_by_position(tmp_path: Any) -> None:
+    import spruce.io
+
+    k1, k2 = random.split(KEY)
+    seq = nn.Sequential([nn.Linear(3, 4, key=k1), nn.Lambda(jax.nn.relu), nn.Linear(4, 2, key=k2)])
+    # PyTorch's names: '0.weight', not 'layers.0.weight'; the same key paths in spruce and JAX.
+    paths = ["[0].weight", "[0].bias", "[2].weight", "[2].bias"]
+    assert [st.keystr(p) for p, _ in st.leaves_with_path(seq)] == paths
+    assert [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(seq)] == paths
+    assert list(spruce.io.flatten_names(seq)) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert st.flatten_one_level(seq)[0] == list(seq.layers)
+    # Rebuilt by unflatten (no __init__): a Sequential whose layers are a tuple.
+    leaves, treedef = st.flatten(seq)
+    back = st.unflatten(treedef, leaves)
+    assert type(back) is nn.Sequential and isinstance(back.layers, tuple) and back[0].weight is seq[0].weight
+    assert jax.tree_util.tree_structure(seq) == jax.tree_util.tree_structure(back)
+    doubled = jax.tree.map(lambda a: 2 * a, seq)
+    assert type(doubled) is nn.Sequential and isinstance(doubled.layers, tuple)
+    np.testing.assert_allclose(doubled[2].bias, 2 * seq[2].bias, rtol=1e-6)
+    moved = spruce.tree_at(lambda s: s.layers[2].bias, seq, jnp.zeros(2))
+    assert moved[0] is seq[0] and np.all(np.asarray(moved[2].bias) == 0) and moved[2].weight is seq[2].weight
+    x = jnp.array([1.0, -2.0, 3.0])
+    np.testing.assert_allclose(jax.jit(lambda s, x: s(x))(seq, x), seq(x), rtol=1e-6)
+    np.testing.assert_allclose(jax.grad(lambda s: jnp.sum(s(x)))(seq)[0].bias, jax.grad(lambda b: jnp.sum(seq[2](jax.nn.relu(seq[0].weight @ x + b))))(seq[0].bias), rtol=1e-6)
+    # A checkpoint round-trips, into a like= structure or (its layers' static fields plain
+    # data) without one; a Lambda's function needs like=, as anywhere.
+    plain = nn.Sequential([seq[0], seq[2]])
+    spruce.io.save(tmp_path / "seq.safetensors", plain)
+    for loaded in (spruce.io.load(tmp_path / "seq.safetensors", like=plain), spruce.io.load(tmp_path / "seq.safetensors")):
+        assert type(loaded) is nn.Sequential and isinstance(loaded.layers, tuple)
+        assert spruce.tree_equal(loaded, plain) and list(spruce.io.flatten_names(loaded)) == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    spruce.io.save(tmp_path / "lambda.safetensors", seq)
+    with pytest.raises(spruce.io.CheckpointError, match="like="):
+        spruce.io.load(tmp_path / "lambda.safetensors")
+    # A file written when a Sequential's names were 'layers.0.weight' (the structure document
+    # names each tensor) still loads without like=; with like=, its names need a rename.
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    with safe_open(str(tmp_path / "seq.safetensors"), "np") as f:
+        meta = f.metadata()
+        old = {"layers." + k: f.get_tensor(k) for k in f.keys()}
+    meta["spruce.treedef"] = meta["spruce.treedef"].replace('"tensor":"', '"tensor":"layers.')
+    save_file(old, str(tmp_path / "old.safetensors"), metadata=meta)
+    assert spruce.tree_equal(spruce.io.load(tmp_path / "old.safetensors"), plain)
+    renamed = spruce.io.load(tmp_path / "old.safetensors", like=plain, rename=lambda n: n.replace("layers.", "", 1))
+    assert spruce.tree_equal(renamed, plain)
+    # A subclass is an ordinary Module: its tuple field is its child.
+    class Stack(nn.Sequential):
+        pass
+
+    assert [st.keystr(p) for p, _ in st.leaves_with_path(Stack(list(seq)))] == [".layers" + p for p in paths]
+
+
 # ------------------------------------------------------------------ norms
 
 

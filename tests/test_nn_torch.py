@@ -427,10 +427,39 @@ def test_embedding_and_linear_match_torch(tmp_path: Any) -> None:
         np.testing.assert_array_equal(np.asarray(jax.vmap(emb)(jnp.asarray(idx))), temb(torch.from_numpy(idx)).numpy())
 
 
+@pytest.mark.parametrize("fmt", ["torch.save", "safetensors"])
+def test_torch_sequential_state_dict_loads_strictly_into_sequential(fmt: str, tmp_path: Any) -> None:
+    torch.manual_seed(0)
+    tmodel = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    k1, k2 = jax.random.split(KEY)
+    model = nn.Sequential([nn.Linear(4, 3, key=k1), nn.Lambda(jax.nn.relu), nn.Linear(3, 2, key=k2)])
+    assert sorted(spruce.io.flatten_names(model)) == sorted(tmodel.state_dict()) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    if fmt == "torch.save":
+        path = os.path.join(tmp_path, "seq.pth")
+        torch.save(tmodel.state_dict(), path)
+    else:
+        path = os.path.join(tmp_path, "seq.safetensors")
+        save_file({k: v.detach().numpy().copy() for k, v in tmodel.state_dict().items()}, path)
+    loaded = spruce.io.load(path, like=model)  # strict: every name used, every leaf filled
+    assert type(loaded) is nn.Sequential and len(loaded) == 3
+    for name, value in tmodel.state_dict().items():
+        np.testing.assert_array_equal(np.asarray(spruce.io.flatten_names(loaded)[name]), value.detach().numpy())
+    x = _rng().standard_normal((5, 4)).astype(np.float32)
+    with torch.no_grad():
+        expected = tmodel(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(_batch(loaded, x), expected, rtol=RTOL, atol=ATOL)
+    # Nested in a Module, the names are PyTorch's for a submodule Sequential too.
+    class Net(spruce.Module):
+        encoder: nn.Sequential
+
+    tnet = torch.nn.Module()
+    tnet.encoder = tmodel
+    assert sorted(spruce.io.flatten_names(Net(model))) == sorted(tnet.state_dict())
+
+
 def test_small_model_state_dict_loads_by_name(tmp_path: Any) -> None:
-    # A CREPE-style stack: a whole PyTorch Sequential's state_dict loads into the spruce
-    # Sequential through spruce.io.load(like=...) once the names agree ('0.weight' ->
-    # 'layers.0.weight'), and the outputs agree.
+    # A CREPE-style stack: a whole PyTorch Sequential's state_dict (BatchNorm's counters
+    # included) loads strictly into the spruce Sequential by name, and the outputs agree.
     torch.manual_seed(0)
     tmodel = torch.nn.Sequential(
         torch.nn.Conv2d(1, 4, (8, 1), stride=(2, 1), padding=(3, 0)), torch.nn.ReLU(),
@@ -448,7 +477,7 @@ def test_small_model_state_dict_loads_by_name(tmp_path: Any) -> None:
     ])
     path = os.path.join(tmp_path, "model.safetensors")
     save_file({k: v.numpy() for k, v in tmodel.state_dict().items()}, path)
-    loaded = spruce.io.load(path, like=model, rename=lambda n: "layers." + n)  # strict: BatchNorm's counters too
+    loaded = spruce.io.load(path, like=model)
     x = _rng().standard_normal((3, 1, 64, 1)).astype(np.float32)
     with torch.no_grad():
         expected = tmodel(torch.from_numpy(x)).numpy()

@@ -16,8 +16,9 @@ Layers:
 
 Layers with a PyTorch counterpart take PyTorch's arguments (``use_bias`` for ``bias``) and use
 its parameter names, layouts, initialisation and semantics, so a PyTorch ``state_dict`` loads
-by name (``spruce.io.load(path, like=model)``); inputs are channels first, as PyTorch's without
-the batch axis.  Every such layer is tested against torch.nn.
+by name (``spruce.io.load(path, like=model)``; a ``Sequential``'s layers are its children
+``0``, ``1``, ..., as in ``torch.nn.Sequential``); inputs are channels first, as PyTorch's
+without the batch axis.  Every such layer is tested against torch.nn.
 
 Parameters may be JAX or NumPy arrays (``spruce.io.load`` returns NumPy ones): every layer
 gives the same values with either, eagerly and under ``jax.jit`` (the model closed over or
