@@ -768,6 +768,108 @@ def test_inference_mode_switches_every_layer_with_an_inference_field() -> None:
     assert nn.inference_mode([Custom()])[0].inference is True
 
 
+def test_inference_flag_is_static_for_jax_and_prints_as_a_bool(tmp_path: Any) -> None:
+    import spruce.io
+
+    drop = nn.Dropout(0.5)
+    flag = drop.inference
+    assert not flag and flag == False and hash(flag) == hash(False) and repr(flag) == "False"  # noqa: E712
+    assert repr(drop) == "Dropout(p=0.5, inference=False)" and st.leaves(drop) == [] and jax.tree_util.tree_leaves(drop) == []
+    assert nn.BatchNorm(2, inference=True).inference == True  # noqa: E712
+    with pytest.raises(TypeError, match="inference must be a bool"):
+        nn.Dropout(0.5, inference=1)  # type: ignore[arg-type]
+    spruce.io.save(tmp_path / "drop.safetensors", nn.inference_mode(drop))  # no tensor, the flag in the structure
+    back = spruce.io.load(tmp_path / "drop.safetensors")
+    assert type(back.inference) is type(flag) and back.inference == True  # noqa: E712
+    # jax.jit with the model as an argument: the flag is in the treedef, one compilation per mode.
+    traces = []
+
+    @jax.jit
+    def run(m: Any, x: jax.Array) -> jax.Array:
+        traces.append(1)
+        return m(x, key=KEY)
+
+    x = jnp.ones(8)
+    model = nn.Sequential([nn.Linear(8, 8, key=KEY), nn.Dropout(0.5)])
+    assert np.any(np.asarray(run(model, x)) == 0)
+    evaluation = nn.inference_mode(model)
+    np.testing.assert_allclose(run(evaluation, x), model[0](x), rtol=1e-6)
+    run(nn.inference_mode(evaluation), x)
+    assert len(traces) == 2
+    # jax.grad over the whole model: no bool leaf.
+    grads = jax.grad(lambda m: jnp.sum(m(x, key=KEY)))(model)
+    assert st.structure(grads) == st.structure(model)
+
+
+def _mixed() -> Any:
+    """A spruce model holding Equinox layers, inside an Equinox Module holding spruce layers."""
+    eqx = pytest.importorskip("equinox")
+
+    class Outer(eqx.Module):
+        spruce_part: Any
+        spruce_norm: Any
+        eqx_drop: Any
+
+    inner = nn.Sequential([nn.Linear(4, 4, key=KEY), nn.Dropout(0.5), eqx.nn.Dropout(0.3)])
+    mha = nn.MultiheadAttention(2, 4, dropout_p=0.1, key=KEY)
+    return Outer((inner, mha), nn.BatchNorm(4, axis_name="b"), eqx.nn.Dropout(0.2))
+
+
+def _flags(model: Any) -> list[Any]:
+    inner, mha = model.spruce_part
+    return [inner[1].inference, inner[2].inference, mha.dropout.inference, model.spruce_norm.inference, model.eqx_drop.inference]
+
+
+def test_inference_mode_of_either_library_switches_a_mixed_model() -> None:
+    eqx = pytest.importorskip("equinox")
+    model = _mixed()
+    assert _flags(model) == [False] * 5
+    for switch in (nn.inference_mode, eqx.nn.inference_mode):
+        on = switch(model)
+        assert _flags(on) == [True] * 5, switch
+        assert _flags(switch(on, value=False)) == [False] * 5, switch
+        assert on.spruce_part[0][0].weight is model.spruce_part[0][0].weight
+    assert _flags(model) == [False] * 5  # the input is not modified
+    # spruce's switch keeps spruce's flags static (Flag nodes); Equinox's stores plain bools.
+    inner, mha = nn.inference_mode(model).spruce_part
+    assert type(inner[1].inference) is type(mha.dropout.inference) is type(model.spruce_norm.inference)
+    assert type(eqx.nn.inference_mode(model).spruce_part[0][1].inference) is bool
+
+
+def test_a_layer_switched_by_equinox_runs_where_its_bool_leaf_is_static() -> None:
+    eqx = pytest.importorskip("equinox")
+    from spruce.jax import filter_jit
+
+    bn = nn.BatchNorm(3)
+    rng = np.random.default_rng(0)
+    bn = spruce.tree_at(lambda b: (b.running_mean, b.running_var), bn, (jnp.asarray(rng.standard_normal(3), jnp.float32), jnp.full(3, 4.0)))
+    x = jnp.asarray(rng.standard_normal((3, 5)), jnp.float32)
+    expected = nn.inference_mode(bn)(x)
+    switched = eqx.nn.inference_mode(bn)
+    assert switched.inference is True
+    for got in (switched(x), filter_jit(lambda m, x: m(x))(switched, x), eqx.filter_jit(lambda m, x: m(x))(switched, x),
+                jax.jit(lambda x: switched(x))(x)):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+    # As an argument of jax.jit the bool leaf is traced: the layer says what to do.
+    with pytest.raises(TypeError, match="BatchNorm: its inference flag is a traced value.*spruce.nn.inference_mode"):
+        jax.jit(lambda m, x: m(x))(switched, x)
+    with pytest.raises(TypeError, match="Dropout: its inference flag is a traced value"):
+        jax.jit(lambda m, x: m(x))(eqx.nn.inference_mode(nn.Dropout(0.5)), x)
+    # spruce's switch makes the flag static again.
+    again = nn.inference_mode(switched)
+    np.testing.assert_allclose(jax.jit(lambda m, x: m(x))(again, x), expected, rtol=1e-6)
+
+
+def test_inference_mode_names_a_node_whose_inference_it_cannot_switch() -> None:
+    eqx = pytest.importorskip("equinox")
+
+    class Frozen(eqx.Module):
+        inference: bool = eqx.field(static=True, default=False)
+
+    with pytest.raises(TypeError, match=r"the .*Frozen at \['b'\]\[1\] has an `inference` attribute that is not one of its pytree children"):
+        nn.inference_mode({"a": nn.Dropout(0.1), "b": [1, Frozen()]})
+
+
 def test_shared_ties_weights_and_sums_gradients() -> None:
     emb, head = nn.Embedding(5, 3, key=KEY), nn.Linear(3, 5, use_bias=False, key=random.PRNGKey(1))
     shared = nn.Shared((emb, head), lambda t: t[1].weight, lambda t: t[0].weight)

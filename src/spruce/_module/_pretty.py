@@ -137,7 +137,13 @@ def _is_namedtuple(x: Any) -> bool:
 
 
 def _is_container(x: Any) -> bool:
-    return type(x) in (list, tuple, dict) or dataclasses.is_dataclass(x) and not isinstance(x, type) or _is_namedtuple(x)
+    # A dataclass whose class sets ``_spruce_repr_leaf = True`` prints with its own ``repr``
+    # (spruce.nn's inference flag, a dataclass so that spruce.io rebuilds it, prints as a bool).
+    return (
+        type(x) in (list, tuple, dict)
+        or dataclasses.is_dataclass(x) and not isinstance(x, type) and not getattr(type(x), "_spruce_repr_leaf", False)
+        or _is_namedtuple(x)
+    )
 
 
 class _Builder:

@@ -26,7 +26,8 @@ passed as an argument), ``jax.vmap``, ``jax.grad`` and ``spruce.jax.filter_jit``
 
 Layer state that is not a parameter: ``State``, ``make_with_state`` and ``update_state`` carry
 BatchNorm's running statistics through a training step, and ``inference_mode(tree, value=True)``
-switches every layer with an ``inference`` field (Dropout, BatchNorm).  BatchNorm keeps its
+switches every layer with an ``inference`` field (Dropout, BatchNorm, and Equinox's layers in a
+mixed model; ``equinox.nn.inference_mode`` switches spruce's layers too).  BatchNorm keeps its
 running statistics as its own leaves (PyTorch's names; inference needs nothing else) and
 returns updated ones in a ``State`` during training; the reasons are in ``State``'s docstring.
 

@@ -13,7 +13,7 @@ from jax import lax
 
 from .._module import Module, field
 from ._common import check_size, compute_dtype, default_float_dtype
-from ._state import State
+from ._state import State, as_flag, inference_flag
 
 
 class BatchNorm(Module):
@@ -35,14 +35,15 @@ class BatchNorm(Module):
         statistics are used in both modes (as PyTorch).
       axis_name: the ``jax.vmap`` (or ``pmap`` / ``shard_map``) axis name(s) the batch
         statistics are reduced over in training; required for training.
-      inference: if True (evaluation mode) the running statistics are used; static, switch it
-        with ``spruce.nn.inference_mode`` or override it per call.
+      inference: if True (evaluation mode) the running statistics are used.  A ``Flag``, static
+        for JAX, as Dropout's: switch it with ``spruce.nn.inference_mode`` (or Equinox's), or
+        override it per call.
       dtype: parameter and statistics dtype (default float32).
 
     Fields: ``weight``, ``bias``, ``running_mean``, ``running_var``, ``num_batches_tracked`` —
     PyTorch's names, so a PyTorch ``BatchNorm1d/2d/3d`` state dict loads by name, strictly —
-    and static ``num_features``, ``eps``, ``momentum``, ``axis_name``, ``inference``,
-    ``state_index`` (the key of this layer's entry in a ``State``).
+    ``inference`` (a ``Flag``), and static ``num_features``, ``eps``, ``momentum``,
+    ``axis_name``, ``state_index`` (the key of this layer's entry in a ``State``).
 
     ``num_batches_tracked``, the number of training batches seen, is kept whenever the running
     statistics are (None with ``track_running_stats=False``, as PyTorch), and counts every
@@ -91,7 +92,7 @@ class BatchNorm(Module):
     eps: float = field(static=True)
     momentum: float | None = field(static=True)
     axis_name: Hashable | tuple[Hashable, ...] | None = field(static=True)
-    inference: bool = field(static=True)
+    inference: bool = field(converter=as_flag)
     state_index: str | None = field(static=True, repr=False)
 
     #: What a ``State`` holds for this layer (not a field): the running statistics and the
@@ -126,7 +127,7 @@ class BatchNorm(Module):
         self.eps = float(eps)
         self.momentum = None if momentum is None else float(momentum)
         self.axis_name = axis_name
-        self.inference = bool(inference)
+        self.inference = inference
         self.state_index = uuid.uuid4().hex if track_running_stats else None
 
     def __call__(
@@ -143,7 +144,7 @@ class BatchNorm(Module):
                 f"BatchNorm: expected one example of shape ({self.num_features}, ...) (channels "
                 f"first; use jax.vmap for a batch), got shape {x.shape}"
             )
-        off = self.inference if inference is None else inference
+        off = inference_flag(self.inference if inference is None else inference, "BatchNorm")
         params = [p for p in (self.weight, self.bias) if p is not None]
         ctype = compute_dtype(x.dtype, jnp.float32, *(p.dtype for p in params))
         out_dtype = compute_dtype(x.dtype, *(p.dtype for p in params))
