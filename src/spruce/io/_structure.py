@@ -349,7 +349,7 @@ def sequence_field(x: Any, kv: list[Any]) -> str | None:
         return None
     found = []
     for f in dataclasses.fields(x):
-        v = getattr(x, f.name, None)
+        v: Any = getattr(x, f.name, None)
         if type(v) in (tuple, list) and len(v) == len(kv) and all(a is c for a, (_, c) in zip(v, kv)):
             found.append(f.name)
     return found[0] if len(found) == 1 else None
