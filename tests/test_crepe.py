@@ -112,7 +112,7 @@ def test_noise_and_silence_have_low_confidence() -> None:
 
 
 @needs_weights
-@pytest.mark.parametrize("capacity,params", [("tiny", 487_096), ("full", 22_244_328)])
+@pytest.mark.parametrize("capacity,params", [("tiny", 487_096), ("full", 22_244_328)])  # float32 values
 def test_load_structure(capacity: str, params: int) -> None:
     import spruce
 
@@ -126,15 +126,19 @@ def test_load_structure(capacity: str, params: int) -> None:
     assert model.classifier.weight.shape == (360, 4 * channels[-1])
     assert all(b.norm.inference and b.norm.eps == pytest.approx(1e-3) for b in model.blocks)
     s = spruce.summary(model)
-    assert s.params == params and s.arrays == 6 * 6 + 2
-    assert {str(np.asarray(x).dtype) for x in spruce.tree.leaves(model)} == {"float32"}
+    # Per block: conv weight and bias, BatchNorm's four float32 arrays and its int64 counter.
+    assert s.params == params + 6 and s.arrays == 6 * 7 + 2
+    assert spruce.summary(spruce.filter(model, spruce.is_inexact_array)).params == params
+    counters = [b.norm.num_batches_tracked for b in model.blocks]
+    assert all(type(c) is np.ndarray and c.dtype == np.int64 and c.shape == () for c in counters)
+    assert {str(np.asarray(x).dtype) for x in spruce.tree.leaves(model)} == {"float32", "int64"}
 
 
 def test_checkpoint_key() -> None:
     assert crepe.checkpoint_key("conv1.weight") == "blocks.0.conv.weight"
     assert crepe.checkpoint_key("conv6.bias") == "blocks.5.conv.bias"
     assert crepe.checkpoint_key("conv3_BN.running_mean") == "blocks.2.norm.running_mean"
-    assert crepe.checkpoint_key("conv3_BN.num_batches_tracked") is None
+    assert crepe.checkpoint_key("conv3_BN.num_batches_tracked") == "blocks.2.norm.num_batches_tracked"
     assert crepe.checkpoint_key("classifier.weight") == "classifier.weight"
     assert crepe.checkpoint_key("conv7.weight") == "conv7.weight"  # reported by name by a strict load
 

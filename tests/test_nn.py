@@ -3,6 +3,7 @@ Equinox tutorial prints (examples/README.md)."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -17,6 +18,7 @@ import spruce
 import spruce.nn as nn
 import spruce.tree as st
 from helpers import FLOAT_ATOL, FLOAT_RTOL
+from spruce.jax import filter_grad
 from test_module import SimpleNN
 
 KEY = random.PRNGKey(0)
@@ -255,6 +257,63 @@ def test_sequential_lambda_identity() -> None:
     assert nn.Identity(1, 2, foo=3)(x) is x
     with pytest.raises(TypeError, match="fn must be callable"):
         nn.Lambda(3)  # type: ignore[arg-type]
+
+
+def test_sequential_children_are_its_layers_keyed_by_position(tmp_path: Any) -> None:
+    import spruce.io
+
+    k1, k2 = random.split(KEY)
+    seq = nn.Sequential([nn.Linear(3, 4, key=k1), nn.Lambda(jax.nn.relu), nn.Linear(4, 2, key=k2)])
+    # PyTorch's names: '0.weight', not 'layers.0.weight'; the same key paths in spruce and JAX.
+    paths = ["[0].weight", "[0].bias", "[2].weight", "[2].bias"]
+    assert [st.keystr(p) for p, _ in st.leaves_with_path(seq)] == paths
+    assert [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(seq)] == paths
+    assert list(spruce.io.flatten_names(seq)) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert st.flatten_one_level(seq)[0] == list(seq.layers)
+    # Rebuilt by unflatten (no __init__): a Sequential whose layers are a tuple.
+    leaves, treedef = st.flatten(seq)
+    back = st.unflatten(treedef, leaves)
+    assert type(back) is nn.Sequential and isinstance(back.layers, tuple) and back[0].weight is seq[0].weight
+    assert jax.tree_util.tree_structure(seq) == jax.tree_util.tree_structure(back)
+    doubled = jax.tree.map(lambda a: 2 * a, seq)
+    assert type(doubled) is nn.Sequential and isinstance(doubled.layers, tuple)
+    np.testing.assert_allclose(doubled[2].bias, 2 * seq[2].bias, rtol=1e-6)
+    moved = spruce.tree_at(lambda s: s.layers[2].bias, seq, jnp.zeros(2))
+    assert moved[0] is seq[0] and np.all(np.asarray(moved[2].bias) == 0) and moved[2].weight is seq[2].weight
+    x = jnp.array([1.0, -2.0, 3.0])
+    np.testing.assert_allclose(jax.jit(lambda s, x: s(x))(seq, x), seq(x), rtol=1e-6)
+    by_bias = jax.grad(lambda b: jnp.sum(seq[2](jax.nn.relu(seq[0].weight @ x + b))))(seq[0].bias)
+    np.testing.assert_allclose(jax.grad(lambda s: jnp.sum(s(x)))(seq)[0].bias, by_bias, rtol=1e-6)
+    # A checkpoint round-trips, into a like= structure or (its layers' static fields plain
+    # data) without one; a Lambda's function needs like=, as anywhere.
+    plain = nn.Sequential([seq[0], seq[2]])
+    spruce.io.save(tmp_path / "seq.safetensors", plain)
+    saved = tmp_path / "seq.safetensors"
+    for loaded in (spruce.io.load(saved, like=plain), spruce.io.load(saved)):
+        assert type(loaded) is nn.Sequential and isinstance(loaded.layers, tuple)
+        assert spruce.tree_equal(loaded, plain)
+        assert list(spruce.io.flatten_names(loaded)) == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    spruce.io.save(tmp_path / "lambda.safetensors", seq)
+    with pytest.raises(spruce.io.CheckpointError, match="like="):
+        spruce.io.load(tmp_path / "lambda.safetensors")
+    # A file written when a Sequential's names were 'layers.0.weight' (the structure document
+    # names each tensor) still loads without like=; with like=, its names need a rename.
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    with safe_open(str(tmp_path / "seq.safetensors"), "np") as f:
+        meta = f.metadata()
+        old = {"layers." + k: f.get_tensor(k) for k in f.keys()}
+    meta["spruce.treedef"] = meta["spruce.treedef"].replace('"tensor":"', '"tensor":"layers.')
+    save_file(old, str(tmp_path / "old.safetensors"), metadata=meta)
+    assert spruce.tree_equal(spruce.io.load(tmp_path / "old.safetensors"), plain)
+    renamed = spruce.io.load(tmp_path / "old.safetensors", like=plain, rename=lambda n: n.replace("layers.", "", 1))
+    assert spruce.tree_equal(renamed, plain)
+    # A subclass is an ordinary Module: its tuple field is its child.
+    class Stack(nn.Sequential):
+        pass
+
+    assert [st.keystr(p) for p, _ in st.leaves_with_path(Stack(list(seq)))] == [".layers" + p for p in paths]
 
 
 # ------------------------------------------------------------------ norms
@@ -759,7 +818,6 @@ def test_batchnorm_momentum_none_is_the_average_of_all_batches(tmp_path: Any) ->
     expected = (batches[0] - np.array([7 / 3, 2 / 3])[:, None]) / np.sqrt(np.array([32 / 9, 40 / 9])[:, None] + 1e-5)
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
     assert nn.BatchNorm(2, momentum=None, track_running_stats=False).num_batches_tracked is None
-    assert nn.BatchNorm(2).num_batches_tracked is None and nn.BatchNorm(2).state_fields == ("running_mean", "running_var")
 
 
 def test_batchnorm_training_errors() -> None:
@@ -792,7 +850,10 @@ def test_state_in_a_model_trains_under_jit_and_grad() -> None:
         out, s = jax.vmap(forward, axis_name="batch", in_axes=(None, None, 0, 0), out_axes=(0, None))(m, s, x, keys)
         return jnp.sum(out**2), s
 
-    (value, new_state), grads = jax.value_and_grad(loss, has_aux=True)(model, state)
+    # allow_int: the model holds BatchNorm's integer counter (its gradient is a float0 zero).
+    (value, new_state), grads = jax.value_and_grad(loss, has_aux=True, allow_int=True)(model, state)
+    assert grads[1].num_batches_tracked.dtype == jax.dtypes.float0
+    assert int(new_state.get(model[1])[2]) == 1
     assert st.structure(new_state) == st.structure(state)
     assert not np.allclose(new_state.get(model[1])[0], 0.0)
     # The running statistics take no part in the training output: their gradients are zero.
@@ -800,6 +861,43 @@ def test_state_in_a_model_trains_under_jit_and_grad() -> None:
     updated = nn.update_state(model, new_state)
     np.testing.assert_array_equal(updated[1].running_var, new_state.get(model[1])[1])
     assert updated[0] is not model[0] and updated[0].weight is model[0].weight
+
+
+def test_batchnorm_counter_is_pytorchs_and_every_training_step_counts() -> None:
+    bn = nn.BatchNorm(2, axis_name="batch")  # momentum 0.1: the counter is kept all the same
+    count = bn.num_batches_tracked
+    assert isinstance(count, np.ndarray) and count.dtype == np.int64 and count.shape == () and int(count) == 0
+    assert bn.state_fields == ("running_mean", "running_var", "num_batches_tracked")
+    assert nn.BatchNorm(2, track_running_stats=False).num_batches_tracked is None  # as PyTorch
+    step = jax.jit(jax.vmap(bn, axis_name="batch", in_axes=(0, None), out_axes=(0, None)))
+    state = nn.State(bn)
+    for _ in range(2):
+        _, state = step(jnp.ones((3, 2)), state)
+    trained = nn.update_state(bn, state)
+    assert trained.num_batches_tracked.dtype == np.int64 and int(trained.num_batches_tracked) == 2
+
+
+def test_gradients_of_a_model_with_a_batchnorm_counter() -> None:
+    """The integer counter is a leaf: filter_grad skips it (None), jax.grad with allow_int=True
+    gives it a float0 zero, plain jax.grad refuses it; the floating gradients agree."""
+    model = nn.inference_mode(_model_with_batchnorm())
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((2, 6)), jnp.float32)
+
+    def loss(m: Any) -> jax.Array:
+        return jnp.sum(m[3](m[2](m[1](m[0](x))).mean(0)) ** 2)
+
+    filtered = filter_grad(loss)(model)
+    assert filtered[1].num_batches_tracked is None
+    plain = jax.grad(loss, allow_int=True)(model)
+    assert plain[1].num_batches_tracked.dtype == jax.dtypes.float0
+    params, rest = spruce.partition(model, spruce.is_inexact_array)
+    partitioned = jax.grad(lambda p: loss(spruce.combine(p, rest)))(params)
+    for grads in (plain, partitioned):
+        for got, want in zip(st.leaves(spruce.filter(grads, spruce.is_inexact_array)), st.leaves(filtered), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert np.any(np.asarray(filtered[0].weight) != 0)
+    with pytest.raises(TypeError, match="allow_int"):
+        jax.grad(loss)(model)
 
 
 def test_inference_mode_switches_every_layer_with_an_inference_field() -> None:
@@ -820,6 +918,113 @@ def test_inference_mode_switches_every_layer_with_an_inference_field() -> None:
         inference: bool = False
 
     assert nn.inference_mode([Custom()])[0].inference is True
+
+
+def test_inference_flag_is_static_for_jax_and_prints_as_a_bool(tmp_path: Any) -> None:
+    import spruce.io
+
+    drop = nn.Dropout(0.5)
+    flag = drop.inference
+    # (operator.eq: the comparison with a bool is what is tested)
+    assert not flag and operator.eq(flag, False) and hash(flag) == hash(False) and repr(flag) == "False"
+    assert operator.eq(flag, nn.Dropout(0.1).inference) and not operator.eq(flag, True) and flag is not False
+    assert repr(drop) == "Dropout(p=0.5, inference=False)" and st.leaves(drop) == [] and jax.tree_util.tree_leaves(drop) == []
+    assert operator.eq(nn.BatchNorm(2, inference=True).inference, True)
+    with pytest.raises(TypeError, match="inference must be a bool"):
+        nn.Dropout(0.5, inference=1)  # type: ignore[arg-type]
+    spruce.io.save(tmp_path / "drop.safetensors", nn.inference_mode(drop))  # no tensor, the flag in the structure
+    back = spruce.io.load(tmp_path / "drop.safetensors")
+    assert type(back.inference) is type(flag) and operator.eq(back.inference, True)
+    # jax.jit with the model as an argument: the flag is in the treedef, one compilation per mode.
+    traces = []
+
+    @jax.jit
+    def run(m: Any, x: jax.Array) -> jax.Array:
+        traces.append(1)
+        return m(x, key=KEY)
+
+    x = jnp.ones(8)
+    model = nn.Sequential([nn.Linear(8, 8, key=KEY), nn.Dropout(0.5)])
+    assert np.any(np.asarray(run(model, x)) == 0)
+    evaluation = nn.inference_mode(model)
+    np.testing.assert_allclose(run(evaluation, x), model[0](x), rtol=1e-6)
+    run(nn.inference_mode(evaluation), x)
+    assert len(traces) == 2
+    # jax.grad over the whole model: no bool leaf.
+    grads = jax.grad(lambda m: jnp.sum(m(x, key=KEY)))(model)
+    assert st.structure(grads) == st.structure(model)
+
+
+def _mixed() -> Any:
+    """A spruce model holding Equinox layers, inside an Equinox Module holding spruce layers."""
+    eqx = pytest.importorskip("equinox")
+
+    class Outer(eqx.Module):
+        spruce_part: Any
+        spruce_norm: Any
+        eqx_drop: Any
+
+    inner = nn.Sequential([nn.Linear(4, 4, key=KEY), nn.Dropout(0.5), eqx.nn.Dropout(0.3)])
+    mha = nn.MultiheadAttention(4, 2, dropout=0.1, key=KEY)
+    return Outer((inner, mha), nn.BatchNorm(4, axis_name="b"), eqx.nn.Dropout(0.2))
+
+
+def _flags(model: Any) -> list[Any]:
+    inner, mha = model.spruce_part
+    return [inner[1].inference, inner[2].inference, mha.dropout.inference, model.spruce_norm.inference, model.eqx_drop.inference]
+
+
+def test_inference_mode_of_either_library_switches_a_mixed_model() -> None:
+    eqx = pytest.importorskip("equinox")
+    model = _mixed()
+    assert _flags(model) == [False] * 5
+    for switch in (nn.inference_mode, eqx.nn.inference_mode):
+        on = switch(model)
+        assert _flags(on) == [True] * 5, switch
+        assert _flags(switch(on, value=False)) == [False] * 5, switch
+        assert on.spruce_part[0][0].weight is model.spruce_part[0][0].weight
+    assert _flags(model) == [False] * 5  # the input is not modified
+    # spruce's switch keeps spruce's flags static (Flag nodes); Equinox's stores plain bools.
+    inner, mha = nn.inference_mode(model).spruce_part
+    assert type(inner[1].inference) is type(mha.dropout.inference) is type(model.spruce_norm.inference)
+    assert type(eqx.nn.inference_mode(model).spruce_part[0][1].inference) is bool
+
+
+def test_a_layer_switched_by_equinox_runs_where_its_bool_leaf_is_static() -> None:
+    eqx = pytest.importorskip("equinox")
+    from spruce.jax import filter_jit
+
+    bn = nn.BatchNorm(3)
+    rng = np.random.default_rng(0)
+    stats = (jnp.asarray(rng.standard_normal(3), jnp.float32), jnp.full(3, 4.0))
+    bn = spruce.tree_at(lambda b: (b.running_mean, b.running_var), bn, stats)
+    x = jnp.asarray(rng.standard_normal((3, 5)), jnp.float32)
+    expected = nn.inference_mode(bn)(x)
+    switched = eqx.nn.inference_mode(bn)
+    assert switched.inference is True
+    for got in (switched(x), filter_jit(lambda m, x: m(x))(switched, x), eqx.filter_jit(lambda m, x: m(x))(switched, x),
+                jax.jit(lambda x: switched(x))(x)):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+    # As an argument of jax.jit the bool leaf is traced: the layer says what to do.
+    with pytest.raises(TypeError, match=r"BatchNorm: its inference flag is a traced value.*spruce\.nn\.inference_mode"):
+        jax.jit(lambda m, x: m(x))(switched, x)
+    with pytest.raises(TypeError, match="Dropout: its inference flag is a traced value"):
+        jax.jit(lambda m, x: m(x))(eqx.nn.inference_mode(nn.Dropout(0.5)), x)
+    # spruce's switch makes the flag static again.
+    again = nn.inference_mode(switched)
+    np.testing.assert_allclose(jax.jit(lambda m, x: m(x))(again, x), expected, rtol=1e-6)
+
+
+def test_inference_mode_names_a_node_whose_inference_it_cannot_switch() -> None:
+    eqx = pytest.importorskip("equinox")
+
+    class Frozen(eqx.Module):
+        inference: bool = eqx.field(static=True, default=False)
+
+    with pytest.raises(
+        TypeError, match=r"the .*Frozen at \['b'\]\[1\] has an `inference` attribute that is not one of its pytree children"
+    ):
+        nn.inference_mode({"a": nn.Dropout(0.1), "b": [1, Frozen()]})
 
 
 def test_shared_ties_weights_and_sums_gradients() -> None:

@@ -40,29 +40,27 @@ def _rng(seed: int = 0) -> np.random.Generator:
 
 
 def _torch_params(tlayer: Any) -> dict[str, np.ndarray]:
-    return {k: v.detach().numpy().copy() for k, v in tlayer.state_dict().items() if not k.endswith("num_batches_tracked")}
+    return {k: v.detach().numpy().copy() for k, v in tlayer.state_dict().items()}
 
 
 def copy_to_torch(layer: Any, tlayer: Any) -> None:
-    """Load the spruce layer's parameters into the torch layer by name: the dotted key paths of
-    the spruce layer must be exactly the keys of torch's state_dict (num_batches_tracked aside)."""
+    """Load the spruce layer's parameters into the torch layer by name, strictly: the dotted key
+    paths of the spruce layer are exactly the keys of torch's state_dict (buffers included)."""
     params = {name: np.asarray(v) for name, v in spruce.io.flatten_names(layer).items()}
-    assert sorted(params) == sorted(_torch_params(tlayer))
-    missing, unexpected = tlayer.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in params.items()}, strict=False)
-    assert unexpected == [] and all(m.endswith("num_batches_tracked") for m in missing)
+    assert sorted(params) == sorted(tlayer.state_dict())
+    tlayer.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in params.items()})
 
 
 def load_from_torch(tlayer: Any, layer: Any, tmp_path: Any) -> Any:
-    """A PyTorch state_dict, saved as safetensors, loaded into the spruce layer by name."""
+    """A PyTorch state_dict, saved as safetensors, loaded into the spruce layer by name,
+    strictly (every tensor used, every leaf filled, dtypes equal)."""
     path = os.path.join(tmp_path, "torch.safetensors")
     sd = {k: v.detach().numpy().copy() for k, v in tlayer.state_dict().items()}
     save_file(sd, path)
-    res = spruce.io.load(path, like=layer, strict=False)
-    assert res.missing == []
-    assert all(u.endswith("num_batches_tracked") for u in res.unexpected)
-    for name, value in spruce.io.flatten_names(res.tree).items():
+    tree = spruce.io.load(path, like=layer)
+    for name, value in spruce.io.flatten_names(tree).items():
         np.testing.assert_array_equal(np.asarray(value), sd[name])
-    return res.tree
+    return tree
 
 
 def _randomise(tlayer: Any, seed: int) -> None:
@@ -276,7 +274,8 @@ def test_batchnorm_training_matches_torch_train(shape: tuple[int, ...], affine: 
         with torch.no_grad():
             expected = tlayer(torch.from_numpy(x)).numpy()
         np.testing.assert_allclose(np.asarray(y), expected, rtol=RTOL, atol=ATOL)
-        mean, var = state.get(layer)
+        mean, var, count = state.get(layer)
+        assert int(count) == int(tlayer.num_batches_tracked) == i + 1  # counted with any momentum
         # PyTorch updates running_var with the unbiased batch variance.
         np.testing.assert_allclose(mean, tlayer.running_mean.numpy(), rtol=RTOL, atol=ATOL)
         np.testing.assert_allclose(var, tlayer.running_var.numpy(), rtol=RTOL, atol=ATOL)
@@ -458,11 +457,40 @@ def test_embedding_and_linear_match_torch(tmp_path: Any) -> None:
         np.testing.assert_array_equal(np.asarray(jax.vmap(emb)(jnp.asarray(idx))), temb(torch.from_numpy(idx)).numpy())
 
 
+@pytest.mark.parametrize("fmt", ["torch.save", "safetensors"])
+def test_torch_sequential_state_dict_loads_strictly_into_sequential(fmt: str, tmp_path: Any) -> None:
+    torch.manual_seed(0)
+    tmodel = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    k1, k2 = jax.random.split(KEY)
+    model = nn.Sequential([nn.Linear(4, 3, key=k1), nn.Lambda(jax.nn.relu), nn.Linear(3, 2, key=k2)])
+    assert sorted(spruce.io.flatten_names(model)) == sorted(tmodel.state_dict()) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    if fmt == "torch.save":
+        path = os.path.join(tmp_path, "seq.pth")
+        torch.save(tmodel.state_dict(), path)
+    else:
+        path = os.path.join(tmp_path, "seq.safetensors")
+        save_file({k: v.detach().numpy().copy() for k, v in tmodel.state_dict().items()}, path)
+    loaded = spruce.io.load(path, like=model)  # strict: every name used, every leaf filled
+    assert type(loaded) is nn.Sequential and len(loaded) == 3
+    for name, value in tmodel.state_dict().items():
+        np.testing.assert_array_equal(np.asarray(spruce.io.flatten_names(loaded)[name]), value.detach().numpy())
+    x = _rng().standard_normal((5, 4)).astype(np.float32)
+    with torch.no_grad():
+        expected = tmodel(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(_batch(loaded, x), expected, rtol=RTOL, atol=ATOL)
+    # Nested in a Module, the names are PyTorch's for a submodule Sequential too.
+    class Net(spruce.Module):
+        encoder: nn.Sequential
+
+    tnet = torch.nn.Module()
+    tnet.encoder = tmodel
+    assert sorted(spruce.io.flatten_names(Net(model))) == sorted(tnet.state_dict())
+
+
 @pytest.mark.slow
 def test_small_model_state_dict_loads_by_name(tmp_path: Any) -> None:
-    # A CREPE-style stack: a whole PyTorch Sequential's state_dict loads into the spruce
-    # Sequential through spruce.io.load(like=...) once the names agree ('0.weight' ->
-    # 'layers.0.weight'), and the outputs agree.
+    # A CREPE-style stack: a whole PyTorch Sequential's state_dict (BatchNorm's counters
+    # included) loads strictly into the spruce Sequential by name, and the outputs agree.
     torch.manual_seed(0)
     tmodel = torch.nn.Sequential(
         torch.nn.Conv2d(1, 4, (8, 1), stride=(2, 1), padding=(3, 0)), torch.nn.ReLU(),
@@ -480,13 +508,11 @@ def test_small_model_state_dict_loads_by_name(tmp_path: Any) -> None:
     ])
     path = os.path.join(tmp_path, "model.safetensors")
     save_file({k: v.numpy() for k, v in tmodel.state_dict().items()}, path)
-    res = spruce.io.load(path, like=model, strict=False,
-                         rename=lambda n: None if n.endswith("num_batches_tracked") else "layers." + n)
-    assert res.missing == [] and res.unexpected == []
+    loaded = spruce.io.load(path, like=model)
     x = _rng().standard_normal((3, 1, 64, 1)).astype(np.float32)
     with torch.no_grad():
         expected = tmodel(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(_batch(res.tree, x), expected, **_tolerance(32))
+    np.testing.assert_allclose(_batch(loaded, x), expected, **_tolerance(32))
 
 
 @pytest.mark.slow

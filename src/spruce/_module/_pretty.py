@@ -134,9 +134,11 @@ def _function_text(x: Any) -> str | None:
 
 
 def _is_container(x: Any) -> bool:
+    # A dataclass whose class sets ``_spruce_repr_leaf = True`` prints with its own ``repr``
+    # (spruce.nn's inference flag, a dataclass so that spruce.io rebuilds it, prints as a bool).
     return (
         type(x) in (list, tuple, dict)
-        or dataclasses.is_dataclass(x) and not isinstance(x, type)
+        or dataclasses.is_dataclass(x) and not isinstance(x, type) and not getattr(type(x), "_spruce_repr_leaf", False)
         or is_namedtuple_type(type(x))
     )
 

@@ -502,6 +502,19 @@ def load(
     Python scalar (also from a 0-d tensor of the same kind); a ``jax.ShapeDtypeStruct`` gives a
     NumPy array (a jax.Array if it has a sharding); keys are always jax.Arrays.
 
+    A model loaded with NumPy leaves runs as it is, eagerly and under every JAX transform (the
+    ``spruce.nn`` layers compute with ``jax.numpy``, which takes NumPy arrays and tracers
+    alike).  Under ``jax.jit``, pass it as an argument, put on the device once::
+
+        model = jax.device_put(model)                 # NumPy leaves -> jax.Arrays, once
+        y = jax.jit(lambda m, x: m(x))(model, x)      # or spruce.jax.filter_jit
+
+    A jitted function that closes over the model instead (``jax.jit(model)``,
+    ``jax.jit(lambda x: model(x))``) bakes every array of the model into the compiled program
+    as a constant (NumPy or JAX arrays alike): compilation is slower, the program holds a copy
+    of the weights, and every new closure compiles again.  NumPy leaves passed as arguments
+    without ``device_put`` are copied to the device on every call.
+
     Arrays from a .safetensors, PyTorch or uncompressed .npz file are views of the file's
     bytes, writable without changing the file: a file of at most 64 MiB is read into memory
     whole, a larger one is memory-mapped copy-on-write (nothing is read until used).  Before any

@@ -290,6 +290,9 @@ class _Encoder:
             dataclasses.is_dataclass(t)
             and all(isinstance(k, _tree.GetAttrKey) for k in keys)
         )
+        sequence = None if is_fields or not dataclasses.is_dataclass(t) else sequence_field(x, kv)
+        if sequence is not None:
+            return self.sequence_class(x, t, ref, problem, sequence, kv, td, path, depth)
         if not is_fields:
             return {
                 "class": ref,
@@ -336,6 +339,57 @@ class _Encoder:
         if problem is not None:
             out["opaque"] = problem
         return out
+
+
+    def sequence_class(self, x: Any, t: type, ref: Any, problem: str | None, field: str, kv: list[Any], td: Any,
+                       path: tuple[Any, ...], depth: int) -> Any:
+        """A dataclass node whose children are the items of its tuple (or list) field ``field``,
+        keyed by position (``spruce.nn.Sequential``): stored as a class node with that one field,
+        a tuple node whose children keep the node's own key paths (``0.weight``); every other
+        dataclass field is static."""
+        items = getattr(x, field)
+        static: list[list[Any]] = []
+        if problem is None:
+            for f in dataclasses.fields(t):
+                if f.name == field:
+                    continue
+                try:
+                    static.append([f.name, encode_value(getattr(x, f.name))])
+                except NotData as e:
+                    problem = f"static field {f.name!r} of {t.__qualname__} holds {e.what}, which is {e.why}"
+                    static = []
+                    break
+                except AttributeError:
+                    problem = f"field {f.name!r} of {t.__qualname__} is not set"
+                    static = []
+                    break
+        if problem is None:
+            try:
+                rebuilt = rebuild_fields(t, [field], [type(items)(c for _, c in kv)], [(n, decode_value(v)) for n, v in static])
+                same = _tree.flatten_one_level_with_path(rebuilt)[1] == td
+            except (TypeError, ValueError, AttributeError) as e:
+                same = False
+                problem = f"rebuilding {t.__qualname__} from its fields failed: {e}"
+            if not same and problem is None:
+                problem = f"rebuilding {t.__qualname__} from its fields does not give the same node data"
+        kids = [self.node(c, path + (k,), depth + 1) for k, c in kv]
+        if problem is not None:
+            return {"class": ref, "children": kids, "opaque": problem}
+        return {"class": ref, "fields": [[field, {type(items).__name__: kids}]], "static": static}
+
+
+def sequence_field(x: Any, kv: list[Any]) -> str | None:
+    """For a dataclass node whose children, keyed ``SequenceKey(0) ... SequenceKey(n - 1)``,
+    are the items of exactly one of its tuple or list fields (``spruce.nn.Sequential`` and its
+    ``layers``): that field's name; otherwise None."""
+    if not all(type(k) is _tree.SequenceKey and k.idx == i for i, (k, _) in enumerate(kv)):
+        return None
+    found = []
+    for f in dataclasses.fields(x):
+        v: Any = getattr(x, f.name, None)
+        if type(v) in (tuple, list) and len(v) == len(kv) and all(a is c for a, (_, c) in zip(v, kv)):
+            found.append(f.name)
+    return found[0] if len(found) == 1 else None
 
 
 def encode_tree(tree: Any, allowed: frozenset[str], fmt: str, keep_jax: bool = False, skip_code: bool = False) -> Encoded:
@@ -694,12 +748,17 @@ class Decoder:
         except (TypeError, AttributeError) as e:
             raise self.cannot_rebuild(where, f"{node[kind]} cannot be built field by field: {e}") from None
         try:
-            got = [k for k, _ in _tree.flatten_one_level_with_path(obj)[0]]
+            got_kv = _tree.flatten_one_level_with_path(obj)[0]
         except (KeyError, AttributeError, TypeError, ValueError) as e:
             raise self.cannot_rebuild(
                 where, f"{node[kind]} cannot be flattened from the stored fields (the class has changed?): {e!r}"
             ) from None
-        if got != [_tree.GetAttrKey(n) for n in names]:
+        got = [k for k, _ in got_kv]
+        # The children are the fields; or, for a node like spruce.nn.Sequential, the items of
+        # its one stored tuple / list field, keyed by position.
+        if got != [_tree.GetAttrKey(n) for n in names] and not (
+            len(values) == 1 and type(values[0]) in (tuple, list) and sequence_field(obj, got_kv) == names[0]
+        ):
             raise self.cannot_rebuild(
                 where,
                 f"{node[kind]} now has the children {[str(k) for k in got]}, the file "

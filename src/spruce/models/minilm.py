@@ -110,7 +110,11 @@ def load(path: str | os.PathLike[str] | None = None) -> BertModel:
       checks every tensor's shape and dtype and that no tensor is missing or unexpected.  Its
       leaves are NumPy arrays as spruce.io returns them: 104 arrays, 22,713,728 values,
       float32 except the int64 ``embeddings.position_ids`` buffer ``(1, 512)``.  The result is
-      cached per folder (Modules are immutable, so sharing it is safe).
+      cached per folder (Modules are immutable, so sharing it is safe).  It runs as it is
+      under every JAX transform; to jit it, pass it as an argument, put on the device once
+      (``model = jax.device_put(minilm.load())``, then ``jax.jit(lambda m, ids: m(ids))(model,
+      ids)``): a jitted closure over the model (``jax.jit(model)``) bakes its 22.7M values into
+      the compiled program as constants (see ``spruce.io.load``).
 
     Raises:
       ModuleNotFoundError if the checkpoint package is missing; FileNotFoundError for a

@@ -18,11 +18,17 @@ Layers with a PyTorch counterpart take PyTorch's arguments (``use_bias`` for ``b
 ``bias`` names the bias array itself; MultiheadAttention, which has none of that name, takes
 ``bias``) and use its parameter names, layouts, initialisation and semantics, so a PyTorch
 ``state_dict`` loads by name (``spruce.io.load(path, like=model)``); inputs are channels first,
-as PyTorch's without the batch axis.  Every such layer is tested against torch.nn.
+as PyTorch's without the batch axis; a ``Sequential``'s layers are its children ``0``, ``1``,
+..., as in ``torch.nn.Sequential``.  Every such layer is tested against torch.nn.
+
+Parameters may be JAX or NumPy arrays (``spruce.io.load`` returns NumPy ones): every layer
+gives the same values with either, eagerly and under ``jax.jit`` (the model closed over or
+passed as an argument), ``jax.vmap``, ``jax.grad`` and ``spruce.jax.filter_jit``.
 
 Layer state that is not a parameter: ``State``, ``make_with_state`` and ``update_state`` carry
 BatchNorm's running statistics through a training step, and ``inference_mode(tree, value=True)``
-switches every layer with an ``inference`` field (Dropout, BatchNorm).  BatchNorm keeps its
+switches every layer with an ``inference`` field (Dropout, BatchNorm, and Equinox's layers in a
+mixed model; ``equinox.nn.inference_mode`` switches spruce's layers too).  BatchNorm keeps its
 running statistics as its own leaves (PyTorch's names; inference needs nothing else) and
 returns updated ones in a ``State`` during training; the reasons are in ``State``'s docstring.
 

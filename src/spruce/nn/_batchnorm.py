@@ -13,7 +13,7 @@ from jax import lax
 
 from .._module import Module, field
 from ._common import check_size, compute_dtype, default_float_dtype
-from ._state import State
+from ._state import State, as_flag, inference_flag
 
 
 class BatchNorm(Module):
@@ -35,19 +35,28 @@ class BatchNorm(Module):
         statistics are used in both modes (as PyTorch).
       axis_name: the ``jax.vmap`` (or ``pmap`` / ``shard_map``) axis name(s) the batch
         statistics are reduced over in training; required for training.
-      inference: if True (evaluation mode) the running statistics are used; static, switch it
-        with ``spruce.nn.inference_mode`` or override it per call.
+      inference: if True (evaluation mode) the running statistics are used.  A ``Flag``, static
+        for JAX, as Dropout's: switch it with ``spruce.nn.inference_mode`` (or Equinox's), or
+        override it per call.
       dtype: parameter and statistics dtype (default float32).
 
     Fields: ``weight``, ``bias``, ``running_mean``, ``running_var``, ``num_batches_tracked`` —
-    PyTorch's names, so a state dict loads by name — and static ``num_features``, ``eps``,
-    ``momentum``, ``axis_name``, ``inference``, ``state_index`` (the key of this layer's entry
-    in a ``State``).  ``num_batches_tracked``, the number of training batches seen, is kept
-    only with ``momentum=None`` and running statistics, which need it (None otherwise; PyTorch
-    keeps it always, and ``spruce.io.load(..., strict=False)`` reports it as unexpected
-    there): a 0-d NumPy int64 array, PyTorch's dtype, which ``update_state`` keeps.  An integer
-    leaf cannot be differentiated: take gradients of such a model with
-    ``spruce.jax.filter_grad`` (floating leaves only), not ``jax.grad``.
+    PyTorch's names, so a PyTorch ``BatchNorm1d/2d/3d`` state dict loads by name, strictly —
+    ``inference`` (a ``Flag``), and static ``num_features``, ``eps``, ``momentum``,
+    ``axis_name``, ``state_index`` (the key of this layer's entry in a ``State``).
+
+    ``num_batches_tracked``, the number of training batches seen, is kept whenever the running
+    statistics are (None with ``track_running_stats=False``, as PyTorch), and counts every
+    training step, whatever the momentum (only ``momentum=None`` reads it).  It is a 0-d
+    **NumPy int64** array: PyTorch's dtype, which ``spruce.io.load`` checks without casting and
+    which JAX arrays cannot hold unless ``jax_enable_x64`` is on (a jitted step returns it as
+    int32; ``update_state`` casts it back), so load a PyTorch file into a model as built, not
+    one put through ``jax.device_put``.  An integer leaf has no gradient, and ``jax.grad``
+    refuses one among its inputs: differentiate a model holding a BatchNorm with
+    ``spruce.jax.filter_grad`` / ``filter_value_and_grad`` (the floating leaves; None at the
+    counter, as Equinox), or with ``jax.grad(loss, allow_int=True)`` (a ``float0`` zero
+    gradient at the counter; drop it before an optimizer), or differentiate the floating part
+    (``params, rest = spruce.partition(model, spruce.is_inexact_array)``).
 
     Call: ``bn(x, state=None, *, key=None, inference=None)`` with ``x`` of shape ``(C, ...)``.
 
@@ -83,16 +92,12 @@ class BatchNorm(Module):
     eps: float = field(static=True)
     momentum: float | None = field(static=True)
     axis_name: Hashable | tuple[Hashable, ...] | None = field(static=True)
-    inference: bool = field(static=True)
+    inference: bool = field(converter=as_flag)
     state_index: str | None = field(static=True, repr=False)
 
-    @property
-    def state_fields(self) -> tuple[str, ...]:
-        """What a ``State`` holds for this layer (not a field): the running statistics, and the
-        batch counter with ``momentum=None``."""
-        if self.momentum is None:
-            return ("running_mean", "running_var", "num_batches_tracked")
-        return ("running_mean", "running_var")
+    #: What a ``State`` holds for this layer (not a field): the running statistics and the
+    #: batch counter.
+    state_fields = ("running_mean", "running_var", "num_batches_tracked")
 
     def __init__(
         self,
@@ -117,12 +122,12 @@ class BatchNorm(Module):
         self.bias = jnp.zeros((num_features,), dtype) if affine else None
         self.running_mean = jnp.zeros((num_features,), dtype) if track_running_stats else None
         self.running_var = jnp.ones((num_features,), dtype) if track_running_stats else None
-        self.num_batches_tracked = np.zeros((), np.int64) if track_running_stats and momentum is None else None
+        self.num_batches_tracked = np.zeros((), np.int64) if track_running_stats else None
         self.num_features = num_features
         self.eps = float(eps)
         self.momentum = None if momentum is None else float(momentum)
         self.axis_name = axis_name
-        self.inference = bool(inference)
+        self.inference = inference
         self.state_index = uuid.uuid4().hex if track_running_stats else None
 
     def __call__(
@@ -139,7 +144,7 @@ class BatchNorm(Module):
                 f"BatchNorm: expected one example of shape ({self.num_features}, ...) (channels "
                 f"first; use jax.vmap for a batch), got shape {x.shape}"
             )
-        off = self.inference if inference is None else inference
+        off = inference_flag(self.inference if inference is None else inference, "BatchNorm")
         params = [p for p in (self.weight, self.bias) if p is not None]
         ctype = compute_dtype(x.dtype, jnp.float32, *(p.dtype for p in params))
         out_dtype = compute_dtype(x.dtype, *(p.dtype for p in params))
@@ -172,16 +177,13 @@ class BatchNorm(Module):
                         f"one example of shape {x.shape})"
                     )
                 old = state.get(self) or tuple(getattr(self, f) for f in self.state_fields)
-                count: tuple[Any, ...] = ()
-                if self.momentum is None:  # cumulative moving average, as PyTorch's momentum=None
-                    count = (jnp.asarray(old[2]) + 1,)
-                    m: Any = 1.0 / count[0].astype(ctype)
-                else:
-                    m = self.momentum
+                count = jnp.asarray(old[2]) + 1  # every step counts, as PyTorch
+                # momentum=None: the cumulative moving average, as PyTorch's.
+                m: Any = 1.0 / count.astype(ctype) if self.momentum is None else self.momentum
                 unbiased = var * (n / max(n - 1, 1))
-                rm = (1 - m) * old[0].astype(ctype) + m * mean
-                rv = (1 - m) * old[1].astype(ctype) + m * unbiased
-                new_state = state.set(self, (rm.astype(self.running_mean.dtype), rv.astype(self.running_var.dtype)) + count)
+                rm = (1 - m) * jnp.asarray(old[0]).astype(ctype) + m * mean
+                rv = (1 - m) * jnp.asarray(old[1]).astype(ctype) + m * unbiased
+                new_state = state.set(self, (rm.astype(self.running_mean.dtype), rv.astype(self.running_var.dtype), count))
         shape = (-1,) + (1,) * len(spatial)
         y = (xf - mean.reshape(shape)) * lax.rsqrt(var + self.eps).reshape(shape)
         if self.weight is not None:

@@ -121,6 +121,22 @@ class Sequential(Module):
     or ``Lambda(f)`` for a plain function); it is stored as a tuple.  Call:
     ``seq(x, *, key=None)``; a key is split into one key per layer, None gives every layer None.
     Indexing: ``seq[i]`` is a layer, ``seq[i:j]`` a Sequential; ``len`` and iteration work.
+
+    As a pytree, a Sequential's children are its layers, keyed by position
+    (``SequenceKey(i)``), not one ``layers`` tuple: key paths read ``[0].weight`` and checkpoint
+    names ``0.weight``, the names of ``torch.nn.Sequential``, so a PyTorch Sequential's
+    ``state_dict`` loads by name (``spruce.io.load(path, like=seq)``, strictly) when the layers
+    are at the same positions (a ``Lambda(jax.nn.relu)`` where PyTorch has its parameterless
+    ``ReLU``).  ``seq.layers`` is still the tuple.  (A checkpoint that spruce wrote with the
+    earlier names ``layers.0.weight`` still loads without ``like=``, and into one with
+    ``rename=lambda n: n.replace("layers.", "", 1)`` for a top-level Sequential.)
+    ``spruce.io`` stores a Sequential as its ``layers`` field, so it loads without ``like=``
+    when its layers do.  A subclass of Sequential is an ordinary Module (``layers.0.weight``).
+
+    >>> import jax
+    >>> seq = Sequential([Linear(3, 4, key=jax.random.key(0)), Lambda(jax.nn.relu), Linear(4, 2, key=jax.random.key(1))])
+    >>> [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(seq)]
+    ['[0].weight', '[0].bias', '[2].weight', '[2].bias']
     """
 
     layers: tuple[Any, ...] = field(converter=tuple)
@@ -147,6 +163,32 @@ class Sequential(Module):
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.layers)
+
+
+# Sequential as a pytree: its layers are its children, keyed by position as in PyTorch's
+# Sequential (the Module metaclass registered it with one child, the ``layers`` tuple, keyed
+# GetAttrKey('layers')).  spruce.tree.unregister then a new registration replaces that entry;
+# jax.tree_util's entry defers to spruce's current one (spruce/_jax_bridge.py).
+_new = object.__new__
+
+
+def _sequential_flatten(seq: Sequential) -> tuple[tuple[Any, ...], None]:
+    return seq.__dict__["layers"], None
+
+
+def _sequential_flatten_with_keys(seq: Sequential) -> tuple[list[tuple[Any, Any]], None]:
+    return [(_tree.SequenceKey(i), layer) for i, layer in enumerate(seq.__dict__["layers"])], None
+
+
+def _sequential_unflatten(aux: None, children: Any) -> Sequential:
+    # As a Module's unflatten: no __init__ or converter (transforms rebuild with placeholders).
+    seq: Sequential = _new(Sequential)
+    seq.__dict__["layers"] = tuple(children)
+    return seq
+
+
+_tree.unregister(Sequential)
+_tree.register_pytree_with_keys(Sequential, _sequential_flatten_with_keys, _sequential_unflatten, _sequential_flatten)
 
 
 class MLP(Module):

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from .._module import Module, field
 from ._common import check_key, check_size, compute_dtype, default_float_dtype
+from ._state import as_flag, inference_flag
 
 
 class Embedding(Module):
@@ -66,7 +67,9 @@ class Embedding(Module):
         x = jnp.asarray(x)
         if not jnp.issubdtype(x.dtype, jnp.integer):
             raise TypeError(f"Embedding: indices must be integers, got dtype {x.dtype}")
-        return self.weight[x]
+        # As a JAX array: a NumPy table (as spruce.io.load returns) indexed by a traced index
+        # would ask the tracer for a NumPy value (TracerArrayConversionError).
+        return jnp.asarray(self.weight)[x]
 
 
 class Dropout(Module):
@@ -74,8 +77,10 @@ class Dropout(Module):
 
     Args:
       p: drop probability in [0, 1] (ValueError otherwise); static.
-      inference: if True the layer is the identity (evaluation mode); static, so switching it
-        recompiles — or pass ``inference=`` to the call.
+      inference: if True the layer is the identity (evaluation mode).  Held as a ``Flag``, a
+        bool that JAX treats as static (switching it recompiles; or pass ``inference=`` to the
+        call) and that both ``spruce.nn.inference_mode`` and ``equinox.nn.inference_mode``
+        switch.  TypeError if not a bool.
 
     Call: ``drop(x, *, key=None, inference=None)``.  ``inference`` (when not None) overrides the
     field.  When active (not inference and p > 0) a PRNG ``key`` is required (ValueError
@@ -84,14 +89,14 @@ class Dropout(Module):
     """
 
     p: float = field(static=True, default=0.5)
-    inference: bool = field(static=True, default=False)
+    inference: bool = field(default=False, converter=as_flag)
 
     def __check_init__(self) -> None:
         if isinstance(self.p, bool) or not isinstance(self.p, (int, float)) or not 0.0 <= self.p <= 1.0:
             raise ValueError(f"Dropout: p must be a number in [0, 1], got {self.p!r}")
 
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None, inference: bool | None = None) -> jax.Array:
-        off = self.inference if inference is None else inference
+        off = inference_flag(self.inference if inference is None else inference, "Dropout")
         if off or self.p == 0:
             return x
         if key is None:
