@@ -1,0 +1,289 @@
+"""Names spruce shares with Equinox, with Equinox's semantics, each compared with Equinox's own
+function (a test dependency) and, for the layers, with PyTorch: ``is_inexact_array_like``,
+``if_array`` (and callables in ``filter_vmap``'s ``in_axes``), ``tree_check``, the warning for a
+field assigned a JAX-transformed callable that hides arrays, ``nn.WeightNorm`` and
+``nn.SpectralNorm``."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import subprocess
+import sys
+import warnings
+from typing import Any, Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import spruce
+import spruce.io
+import spruce.nn as nn
+from spruce.jax import filter_grad, filter_vmap
+
+try:
+    import torch
+except ImportError:  # a test-only dependency; the comparisons with PyTorch skip without it
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed: the PyTorch comparisons need it")
+KEY = jax.random.key(0)
+# Outputs of layers (float32 matrix products and norms, summed in different orders by XLA and
+# by PyTorch or by Equinox's differently shaped computation) agree to a few float32 ulps.
+LAYER_RTOL, LAYER_ATOL = 1e-5, 1e-5
+
+
+def _close(a: Any, b: Any, rtol: float = LAYER_RTOL, atol: float = LAYER_ATOL) -> None:
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol)
+
+
+# -- is_inexact_array_like ---------------------------------------------------------------------
+
+
+class _HasJaxArray:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __jax_array__(self) -> Any:
+        return jnp.asarray(self.value)
+
+
+def _objects() -> list[Any]:
+    return [
+        1,
+        2.0,
+        1j,
+        [2.0],
+        True,
+        None,
+        "text",
+        object(),
+        jnp.array([1]),
+        jnp.array(1.0),
+        jnp.array([1 + 2j]),
+        jnp.array([True]),
+        jnp.zeros(2, jnp.bfloat16),
+        np.array(1.0),
+        np.array(1),
+        np.float32(1.5),
+        np.int8(3),
+        np.complex64(1j),
+        _HasJaxArray(1.0),
+        _HasJaxArray(1),
+        nn.Linear(1, 1, key=KEY),
+    ]
+
+
+def test_is_inexact_array_like_agrees_with_equinox() -> None:
+    objs = _objects()
+    assert [spruce.is_inexact_array_like(o) for o in objs] == [eqx.is_inexact_array_like(o) for o in objs]
+    assert [spruce.is_inexact_array_like(o) for o in objs] == [
+        False, True, True, False, False, False, False, False, False, True, True, False, True,
+        True, False, True, False, True, True, False, False,
+    ]  # fmt: skip
+
+
+def test_is_inexact_array_like_takes_a_numpy_bfloat16_array_as_inexact() -> None:
+    # A deliberate difference: the same array as JAX's is inexact for both libraries; a NumPy
+    # bfloat16 (an ml_dtypes float) array is too for spruce, as for spruce.is_inexact_array.
+    x = np.zeros(2, ml_dtypes.bfloat16)
+    assert spruce.is_inexact_array_like(x) and spruce.is_inexact_array(x)
+    assert not eqx.is_inexact_array_like(x)
+
+
+def test_is_inexact_array_like_is_exported_and_does_not_import_jax() -> None:
+    assert "is_inexact_array_like" in spruce.__all__ and "if_array" in spruce.__all__
+    code = (
+        "import sys, spruce\n"
+        "assert spruce.is_inexact_array_like(1.0) and spruce.if_array(0)(1.0) is None\n"
+        "assert 'jax' not in sys.modules, 'spruce imported jax'\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+# -- if_array ----------------------------------------------------------------------------------
+
+
+def test_if_array_agrees_with_equinox() -> None:
+    objs = _objects()
+    for axis in (0, 1, -1):
+        assert [spruce.if_array(axis)(o) for o in objs] == [eqx.if_array(axis)(o) for o in objs]
+    assert spruce.if_array(1)(np.zeros(3)) == 1 and spruce.if_array(1)(3.0) is None
+
+
+def test_if_array_compares_and_hashes_by_axis_and_is_a_leaf() -> None:
+    assert spruce.if_array(0) == spruce.if_array(0) and spruce.if_array(0) != spruce.if_array(1)
+    assert hash(spruce.if_array(2)) == hash(spruce.if_array(2))
+    spec = spruce.if_array(0)
+    assert spruce.tree.leaves(spec) == [spec] and jax.tree_util.tree_leaves(spec) == [spec]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.axis = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("axis", ["0", 1.0, True, None])
+def test_if_array_refuses_an_axis_that_is_not_an_int(axis: Any) -> None:
+    with pytest.raises(TypeError, match=r"if_array\(axis\): axis must be an int, got"):
+        spruce.if_array(axis)
+
+
+def test_filter_vmap_takes_if_array_in_axes() -> None:
+    def f(m: Any, x: Any) -> Any:
+        return m["w"] * x + m["n"]
+
+    xs = jnp.arange(3.0)
+    m = {"w": jnp.array([1.0, 2.0, 3.0]), "n": 10}
+    out = filter_vmap(f, in_axes=(spruce.if_array(0), None))(m, 2.0)
+    np.testing.assert_array_equal(np.asarray(out), [12.0, 14.0, 16.0])
+    out = filter_vmap(f, in_axes=({"w": spruce.if_array(0), "n": None}, spruce.if_array(0)))(m, xs)
+    np.testing.assert_array_equal(np.asarray(out), [10.0, 12.0, 16.0])
+    out = filter_vmap(f, in_axes=spruce.if_array(0))(m, xs)
+    np.testing.assert_array_equal(np.asarray(out), [10.0, 12.0, 16.0])
+    # the same call through Equinox gives the same numbers
+    np.testing.assert_array_equal(np.asarray(eqx.filter_vmap(f, in_axes=eqx.if_array(0))(m, xs)), np.asarray(out))
+
+
+def test_filter_vmap_takes_any_callable_in_axes_and_checks_what_it_returns() -> None:
+    by_rank = lambda leaf: 1 if getattr(leaf, "ndim", 0) == 2 else None  # noqa: E731
+    out = filter_vmap(lambda a, b: a.sum() + b, in_axes=by_rank)(jnp.ones((2, 3)), jnp.ones(()))
+    assert out.shape == (3,)
+    np.testing.assert_array_equal(np.asarray(out), [3.0, 3.0, 3.0])
+    with pytest.raises(TypeError, match=r"filter_vmap: the in_axes callable .* returned 'x' for the leaf at args\[1\]\['b'\]\[0\]; it must return an int or None"):
+        filter_vmap(lambda a, d: a, in_axes=lambda leaf: "x" if leaf.ndim == 1 else 0)(jnp.ones((2, 2)), {"b": [jnp.ones(2)]})
+
+
+def test_filter_vmap_out_axes_if_array() -> None:
+    out = filter_vmap(lambda x: jnp.stack([x, -x]), out_axes=spruce.if_array(1))(jnp.arange(3.0))
+    assert out.shape == (2, 3)
+    np.testing.assert_array_equal(np.asarray(out), [[0.0, 1.0, 2.0], [-0.0, -1.0, -2.0]])
+    with pytest.raises(TypeError, match=r"filter_vmap: out_axes must be an int, None or spruce.if_array\(n\), got"):
+        filter_vmap(lambda x: x, out_axes=lambda leaf: 0)(jnp.arange(3.0))
+
+
+# -- tree_check --------------------------------------------------------------------------------
+
+
+def _cases() -> list[tuple[str, Callable[[], Any]]]:
+    def cycle2() -> Any:
+        x: list[Any] = []
+        y: list[Any] = [x]
+        x.append(y)
+        return x
+
+    def cycle1() -> Any:
+        x: list[Any] = []
+        x.append(x)
+        return x
+
+    def dict_cycle() -> Any:
+        d: dict[str, Any] = {"a": 1}
+        d["self"] = [d]
+        return d
+
+    def shared_list() -> Any:
+        e = [1]
+        return [e, e]
+
+    def shared_linear() -> Any:
+        lin = nn.Linear(2, 2, key=KEY)
+        return {"a": lin, "b": (lin,)}
+
+    def empty_module() -> Any:
+        m = spruce.Module()
+        return [m, m]
+
+    def empty_list() -> Any:
+        c: list[Any] = []
+        return [c, c]
+
+    def shared_leaf() -> Any:
+        a = jnp.ones(2)
+        return [a, a, {"k": a}]
+
+    return [
+        ("cycle of two lists", cycle2),
+        ("list inside itself", cycle1),
+        ("dict inside itself", dict_cycle),
+        ("a list twice", shared_list),
+        ("a Linear twice", shared_linear),
+        ("None twice", lambda: [None, None]),
+        ("an int twice", lambda: [0, 0]),
+        ("an empty Module twice", empty_module),
+        ("an empty list twice", empty_list),
+        ("an array leaf three times", shared_leaf),
+        ("equal but distinct lists", lambda: [[1], [1]]),
+        ("two distinct Linears", lambda: [nn.Linear(2, 2, key=KEY), nn.Linear(2, 2, key=KEY)]),
+        ("a list holding an empty list, twice", lambda: (lambda e: [e, e])([[]])),
+    ]
+
+
+def _raises(check: Callable[[Any], Any], tree: Any) -> bool:
+    try:
+        check(tree)
+    except ValueError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("make", [c[1] for c in _cases()], ids=[c[0] for c in _cases()])
+def test_tree_check_agrees_with_equinox(make: Callable[[], Any]) -> None:
+    tree = make()
+    assert _raises(spruce.tree_check, tree) == _raises(eqx.tree_check, tree)
+
+
+def test_tree_check_verdicts() -> None:
+    verdicts = {name: _raises(spruce.tree_check, make()) for name, make in _cases()}
+    assert [name for name, bad in verdicts.items() if bad] == [
+        "cycle of two lists",
+        "list inside itself",
+        "dict inside itself",
+        "a list twice",
+        "a Linear twice",
+        "a list holding an empty list, twice",
+    ]
+    assert spruce.tree_check({"a": 1}) is None
+
+
+def test_tree_check_names_the_key_paths() -> None:
+    e = [1]
+    with pytest.raises(ValueError) as info:
+        spruce.tree_check({"q": [e, (e,)]})
+    assert str(info.value) == (
+        "tree_check: the list at ['q'][0] appears again at ['q'][1][0]: a node with children may "
+        "appear only once in a pytree (transforms such as jax.jit flatten and rebuild the tree, "
+        "which makes two independent copies of it); leaves and empty nodes may repeat"
+    )
+
+    class Pair(spruce.Module):
+        a: Any
+        b: Any
+
+    lin = nn.Linear(2, 2, key=KEY)
+    with pytest.raises(ValueError, match=r"^tree_check: the Linear at \.a appears again at \.b\[1\]:"):
+        spruce.tree_check(Pair(lin, [0, lin]))
+
+    x: list[Any] = []
+    y: list[Any] = [x]
+    x.append(y)
+    with pytest.raises(ValueError, match=r"^tree_check: the list at the root contains itself at \[0\]\[0\]: a pytree cannot hold a cycle$"):
+        spruce.tree_check(x)
+    d: dict[str, Any] = {"k": [0]}
+    d["k"].append(d["k"])
+    with pytest.raises(ValueError, match=r"^tree_check: the list at \['k'\] contains itself at \['k'\]\[1\]: a pytree cannot hold a cycle$"):
+        spruce.tree_check(d)
+
+
+def test_tree_check_handles_any_depth() -> None:
+    deep: list[Any] = [1]
+    for _ in range(50_000):
+        deep = [deep]
+    spruce.tree_check(deep)
+    with pytest.raises(ValueError, match=r"^tree_check: the list at \[0\] appears again at \[1\]"):
+        spruce.tree_check([deep, deep])
+
+
