@@ -287,3 +287,96 @@ def test_tree_check_handles_any_depth() -> None:
         spruce.tree_check([deep, deep])
 
 
+# -- the warning for a field holding a JAX-transformed callable ---------------------------------
+
+TRANSFORMS = [jax.jit, jax.grad, jax.vmap, jax.value_and_grad, jax.jacfwd, jax.jacrev, jax.hessian,
+              jax.custom_jvp, jax.custom_vjp, jax.checkpoint, jax.pmap]  # fmt: skip
+MSG = "Possibly assigning a JAX-transformed callable as an attribute on"
+
+
+class Generated(spruce.Module):
+    f: Any
+
+
+class HandWritten(spruce.Module):
+    f: Any
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+
+
+class EqxGenerated(eqx.Module):
+    f: Any
+
+
+@pytest.mark.parametrize("cls", [Generated, HandWritten])
+@pytest.mark.parametrize("transform", TRANSFORMS, ids=[t.__name__ for t in TRANSFORMS])
+def test_a_field_assigned_a_transformed_module_warns(cls: type, transform: Callable[[Any], Any]) -> None:
+    wrapped = transform(nn.Linear(2, 2, key=KEY))
+    with pytest.warns(UserWarning, match=MSG) as record:
+        cls(wrapped)
+    assert len(record) == 1
+    # pointed at the user's line: the construction, or the assignment in a hand-written __init__
+    assert record[0].filename == __file__
+    text = str(record[0].message)
+    assert f"{MSG} {__name__}.{cls.__qualname__}: field 'f' holds a" in text
+
+
+def _warns(make: Callable[[], Any]) -> bool:
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        make()
+    return any(MSG in str(w.message) for w in record)
+
+
+def _values() -> list[tuple[str, Callable[[], Any]]]:
+    lin = nn.Linear(2, 2, key=KEY)
+
+    def calls_linear(x: Any) -> Any:
+        return lin(x)
+
+    def wrapper_of_linear() -> Any:  # a new function each time: functools.wraps sets attributes on it
+        def call(x: Any) -> Any:
+            return lin(x)
+
+        return functools.wraps(lin)(call)
+
+    return [
+        ("jit of a Linear", lambda: jax.jit(lin)),
+        ("vmap of jit of a Linear", lambda: jax.vmap(jax.jit(lin))),
+        ("jit of a Linear in a list", lambda: [1, jax.jit(lin)]),
+        ("jit of a function", lambda: jax.jit(lambda x: x)),
+        ("jax.nn.relu", lambda: jax.nn.relu),
+        ("functools.wraps of a Linear", wrapper_of_linear),
+        ("jit of a Partial holding an array", lambda: jax.jit(jax.tree_util.Partial(jnp.add, jnp.ones(2)))),
+        ("jit of a partial holding an array", lambda: jax.jit(functools.partial(jnp.add, jnp.ones(2)))),
+        ("a Linear", lambda: lin),
+        ("a plain function", lambda: calls_linear),
+    ]
+
+
+@pytest.mark.parametrize("make", [v[1] for v in _values()], ids=[v[0] for v in _values()])
+def test_the_transform_warning_agrees_with_equinox(make: Callable[[], Any]) -> None:
+    value = make()
+    assert _warns(lambda: Generated(value)) == _warns(lambda: EqxGenerated(value))
+
+
+def test_the_transform_warning_verdicts() -> None:
+    verdicts = {name: _warns(lambda: Generated(make())) for name, make in _values()}
+    assert [name for name, warned in verdicts.items() if warned] == [
+        "jit of a Linear",
+        "vmap of jit of a Linear",
+        "jit of a Linear in a list",
+        "functools.wraps of a Linear",
+        "jit of a Partial holding an array",
+    ]
+    # a hand-written __init__: the leaves of the assigned value are checked too (Equinox looks
+    # only at the value itself there)
+    assert _warns(lambda: HandWritten([jax.jit(nn.Linear(2, 2, key=KEY))]))
+    # spruce's own layers that store functions do not warn
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nn.Lambda(jax.jit(jnp.sin))
+        nn.MLP(2, 2, 4, 2, activation=jax.nn.gelu, key=KEY)
+
+
