@@ -380,3 +380,289 @@ def test_the_transform_warning_verdicts() -> None:
         nn.MLP(2, 2, 4, 2, activation=jax.nn.gelu, key=KEY)
 
 
+# -- nn.WeightNorm -----------------------------------------------------------------------------
+
+def _to_jax(t: Any) -> jax.Array:
+    return jnp.asarray(t.detach().numpy())
+
+
+def _with_weight(layer: Any, name: str, value: Any) -> Any:
+    return spruce.tree_at(lambda m: getattr(m, name), layer, jnp.asarray(value))
+
+
+def _spruce_linear(tlin: Any) -> Any:
+    lin = nn.Linear(tlin.in_features, tlin.out_features, key=KEY)
+    lin = _with_weight(lin, "weight", _to_jax(tlin.weight))
+    return _with_weight(lin, "bias", _to_jax(tlin.bias))
+
+
+@needs_torch
+@pytest.mark.parametrize("axis", [0, 1, None])
+def test_weight_norm_matches_torch_parametrization(axis: Any) -> None:
+    torch.manual_seed(0)
+    tlin = torch.nn.Linear(4, 5)
+    lin = _spruce_linear(tlin)
+    twn = torch.nn.utils.parametrizations.weight_norm(tlin, dim=axis)
+    wn = nn.WeightNorm(lin, axis=axis)
+    g = twn.parametrizations.weight.original0
+    assert wn.g.shape == tuple(g.shape) and wn.g.dtype == jnp.float32
+    _close(wn.g, _to_jax(g))
+    x = np.random.default_rng(0).standard_normal(4).astype(np.float32)
+    _close(wn(jnp.asarray(x)), twn(torch.from_numpy(x)).detach().numpy())
+    # new magnitudes and directions, set in both
+    with torch.no_grad():
+        g.mul_(torch.linspace(0.5, 2.0, g.numel()).reshape(g.shape))
+        twn.parametrizations.weight.original1.add_(0.25)
+    wn = spruce.tree_at(lambda m: m.g, wn, _to_jax(g))
+    wn = spruce.tree_at(lambda m: m.layer.weight, wn, _to_jax(twn.parametrizations.weight.original1))
+    _close(wn(jnp.asarray(x)), twn(torch.from_numpy(x)).detach().numpy())
+
+
+@needs_torch
+def test_weight_norm_of_a_convolution_matches_torch() -> None:
+    torch.manual_seed(1)
+    tconv = torch.nn.Conv2d(3, 4, 3)
+    conv = nn.Conv2d(3, 4, 3, key=KEY)
+    conv = _with_weight(_with_weight(conv, "weight", _to_jax(tconv.weight)), "bias", _to_jax(tconv.bias))
+    twn = torch.nn.utils.parametrizations.weight_norm(tconv)
+    with torch.no_grad():
+        twn.parametrizations.weight.original0.mul_(1.5)
+    wn = nn.WeightNorm(conv)
+    assert wn.g.shape == (4, 1, 1, 1)
+    wn = spruce.tree_at(lambda m: m.g, wn, _to_jax(twn.parametrizations.weight.original0))
+    x = np.random.default_rng(1).standard_normal((3, 6, 6)).astype(np.float32)
+    _close(wn(jnp.asarray(x)), twn(torch.from_numpy(x)[None])[0].detach().numpy())
+
+
+@pytest.mark.parametrize("axis", [0, None])
+def test_weight_norm_matches_equinox(axis: Any) -> None:
+    elin = eqx.nn.Linear(4, 3, key=jax.random.key(3))
+    lin = _with_weight(_with_weight(nn.Linear(4, 3, key=KEY), "weight", elin.weight), "bias", elin.bias)
+    ewn = eqx.nn.WeightNorm(elin, axis=axis)
+    wn = nn.WeightNorm(lin, axis=axis)
+    _close(wn.g, ewn.g.reshape(wn.g.shape))  # Equinox keeps size-1 axes with axis=None: (1, 1)
+    ewn = eqx.tree_at(lambda m: m.g, ewn, ewn.g * 2.0)
+    wn = spruce.tree_at(lambda m: m.g, wn, wn.g * 2.0)
+    x = jax.random.normal(jax.random.key(4), (4,))
+    _close(wn(x), ewn(x))
+    _close(wn(x), 2.0 * lin(x) - lin.bias)
+
+
+def test_weight_norm_as_equinox_uses_it() -> None:
+    # Equinox's own test: the wrapped layer computes what the bare one did, for a Linear
+    # (either axis) and a Conv3d; gradients reach the direction and the magnitude.
+    for axis in (0, None):
+        linear = nn.Linear(4, 4, key=jax.random.key(5))
+        x = jax.random.normal(jax.random.key(6), (4,))
+        _close(nn.WeightNorm(layer=linear, weight_name="weight", axis=axis)(x), linear(x))
+    conv = nn.Conv3d(2, 3, 3, key=jax.random.key(7))
+    x = jax.random.normal(jax.random.key(8), (2, 3, 3, 3))
+    _close(nn.WeightNorm(layer=conv, weight_name="weight")(x), conv(x))
+    wn = nn.WeightNorm(nn.Linear(4, 4, key=jax.random.key(9)))
+    grads = filter_grad(lambda m, x: jnp.mean(m(x)))(wn, jax.random.normal(jax.random.key(10), (4,)))
+    assert bool(jnp.any(grads.layer.weight != 0)) and bool(jnp.any(grads.g != 0))
+    # under jax.jit and jax.vmap
+    out = jax.jit(jax.vmap(wn))(jnp.ones((5, 4)))
+    assert out.shape == (5, 4)
+    _close(out[0], wn(jnp.ones(4)))
+
+
+def test_weight_norm_keeps_a_bfloat16_weight() -> None:
+    lin = nn.Linear(4, 3, dtype=jnp.bfloat16, key=KEY)
+    wn = nn.WeightNorm(lin)
+    assert wn.g.dtype == jnp.bfloat16 and wn.layer.weight.dtype == jnp.bfloat16
+    assert wn(jnp.ones(4, jnp.bfloat16)).dtype == jnp.bfloat16
+
+
+def test_weight_norm_bad_input() -> None:
+    lin = nn.Linear(2, 2, key=KEY)
+    with pytest.raises(AttributeError, match=r"WeightNorm: the layer \(Linear\) has no attribute 'wieght' to normalise"):
+        nn.WeightNorm(lin, "wieght")
+    with pytest.raises(TypeError, match=r"WeightNorm: Linear.in_features must be a floating-point or complex array, got int"):
+        nn.WeightNorm(lin, "in_features")
+    with pytest.raises(TypeError, match=r"WeightNorm: weight_name must be a str, got 0"):
+        nn.WeightNorm(lin, 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"WeightNorm: axis=2 is out of range for a weight with 2 axes"):
+        nn.WeightNorm(lin, axis=2)
+    with pytest.raises(TypeError, match=r"WeightNorm: axis must be an int, got True"):
+        nn.WeightNorm(lin, axis=True)
+    assert nn.WeightNorm(lin, axis=-1).axis == 1
+
+
+@needs_torch
+@pytest.mark.filterwarnings("ignore:`torch.nn.utils.weight_norm` is deprecated:FutureWarning")
+def test_weight_norm_loads_a_torch_state_dict_with_the_documented_rename(tmp_path: Any) -> None:
+    from safetensors.numpy import save_file
+
+    torch.manual_seed(2)
+    tlin = torch.nn.utils.weight_norm(torch.nn.Linear(3, 2))
+    with torch.no_grad():
+        tlin.weight_g.mul_(3.0)
+    sd = {k: v.detach().numpy().copy() for k, v in tlin.state_dict().items()}
+    assert sorted(sd) == ["bias", "weight_g", "weight_v"]
+    path = os.path.join(tmp_path, "wn.safetensors")
+    save_file(sd, path)
+    like = nn.WeightNorm(nn.Linear(3, 2, key=KEY))
+    wn = spruce.io.load(path, like=like, rename={"weight_g": "g", "weight_v": "layer.weight", "bias": "layer.bias"})
+    x = np.random.default_rng(2).standard_normal(3).astype(np.float32)
+    _close(wn(jnp.asarray(x)), tlin(torch.from_numpy(x)).detach().numpy())
+
+
+# -- nn.SpectralNorm ---------------------------------------------------------------------------
+
+
+def _sigma_max(sn: Any, u: Any, v: Any) -> float:
+    w = sn.layer.weight.reshape(sn.layer.weight.shape[0], -1)
+    return float(jnp.linalg.svd(w / jnp.vdot(u, w @ v), compute_uv=False)[0])
+
+
+def test_spectral_norm_matches_equinox() -> None:
+    # the same key gives the same initial vectors, and a training step the same vectors and output
+    elin = eqx.nn.Linear(5, 6, key=jax.random.key(11))
+    lin = _with_weight(_with_weight(nn.Linear(5, 6, key=KEY), "weight", elin.weight), "bias", elin.bias)
+    esn, estate = eqx.nn.make_with_state(eqx.nn.SpectralNorm)(elin, "weight", key=jax.random.key(12))
+    sn = nn.SpectralNorm(lin, "weight", key=jax.random.key(12))
+    eu, ev = estate.get(esn.uv_index)
+    _close(sn.u, eu)
+    _close(sn.v, ev)
+    state = nn.State(sn)
+    x = jax.random.normal(jax.random.key(13), (5,))
+    for _ in range(3):
+        ey, estate = esn(x, estate)
+        y, state = sn(x, state)
+        _close(y, ey)
+        for a, b in zip(state.get(sn.uv_index), estate.get(esn.uv_index)):
+            _close(a, b)
+    esn = eqx.nn.inference_mode(esn)
+    ey, _ = esn(x, estate)
+    y = nn.inference_mode(nn.update_state(sn, state))(x)
+    _close(y, ey)
+
+
+def _torch_spectral(tlayer: Any, layer: Any) -> tuple[Any, Any]:
+    """torch's spectral_norm of ``tlayer`` and spruce's of ``layer`` (same weights), with the
+    spruce vectors set to torch's."""
+    tsn = torch.nn.utils.parametrizations.spectral_norm(tlayer)
+    p = tsn.parametrizations.weight[0]
+    sn = nn.SpectralNorm(layer, key=KEY)
+    assert sn.u.shape == tuple(p._u.shape) and sn.v.shape == tuple(p._v.shape)
+    sn = spruce.tree_at(lambda m: (m.u, m.v), sn, (_to_jax(p._u), _to_jax(p._v)))
+    return tsn, sn
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (torch.nn.Linear(4, 3), lambda t: _spruce_linear(t), (4,)),
+        lambda: (torch.nn.Conv2d(2, 3, 2), lambda t: _conv_from(t, nn.Conv2d(2, 3, 2, key=KEY)), (2, 5, 5)),
+        lambda: (torch.nn.ConvTranspose2d(3, 2, 2), lambda t: _conv_from(t, nn.ConvTranspose2d(3, 2, 2, key=KEY)), (3, 4, 4)),
+    ],
+    ids=["Linear", "Conv2d", "ConvTranspose2d"],
+)
+def test_spectral_norm_matches_torch_parametrization(make: Callable[[], Any]) -> None:
+    torch.manual_seed(3)
+    tlayer, convert, shape = make()
+    layer = convert(tlayer)
+    tsn, sn = _torch_spectral(tlayer, layer)
+    assert sn.dim == (1 if isinstance(layer, nn.ConvTranspose2d) else 0)
+    p = tsn.parametrizations.weight[0]
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    state = nn.State(sn)
+    for _ in range(2):  # training: one power-iteration step per call, in torch's order
+        ty = tsn(torch.from_numpy(x)[None])[0]
+        y, state = sn(jnp.asarray(x), state)
+        _close(y, ty.detach().numpy())
+        u, v = state.get(sn)
+        _close(u, _to_jax(p._u))
+        _close(v, _to_jax(p._v))
+    tsn.eval()
+    sn = nn.inference_mode(nn.update_state(sn, state))
+    _close(sn(jnp.asarray(x)), tsn(torch.from_numpy(x)[None])[0].detach().numpy())
+
+
+def _conv_from(tconv: Any, conv: Any) -> Any:
+    return _with_weight(_with_weight(conv, "weight", _to_jax(tconv.weight)), "bias", _to_jax(tconv.bias))
+
+
+def test_spectral_norm_as_equinox_uses_it() -> None:
+    # Equinox's own test: the normalised weight's largest singular value converges to 1, again
+    # after the weight changes, and stays put in inference mode; a Conv3d works.
+    x = jax.random.normal(jax.random.key(14), (5,))
+    spectral = nn.SpectralNorm(nn.Linear(5, 6, key=jax.random.key(15)), "weight", key=jax.random.key(16))
+    state = nn.State(spectral)
+    step = jax.jit(lambda m, s: m(x, s))
+    for _ in range(100):
+        _, state = step(spectral, state)
+    assert abs(_sigma_max(spectral, *state.get(spectral.uv_index)) - 1) < 1e-5
+    spectral = spruce.tree_at(lambda s: s.layer.weight, spectral, spectral.layer.weight + 1)
+    assert abs(_sigma_max(spectral, *state.get(spectral.uv_index)) - 1) > 1e-2
+    for _ in range(100):
+        _, state = step(spectral, state)
+    assert abs(_sigma_max(spectral, *state.get(spectral.uv_index)) - 1) < 1e-5
+    spectral = spruce.tree_at(lambda s: s.layer.weight, spectral, spectral.layer.weight + 1)
+    spectral = nn.inference_mode(spectral, value=True)
+    before = state.get(spectral)
+    for _ in range(3):
+        _, state = spectral(x, state)
+    assert state.get(spectral) is before
+    conv = nn.Conv3d(5, 4, 3, key=jax.random.key(17))
+    spectral = nn.SpectralNorm(conv, "weight", key=jax.random.key(18))
+    out, _ = spectral(jax.random.normal(jax.random.key(19), (5, 8, 8, 8)), nn.State(spectral))
+    assert out.shape == (4, 6, 6, 6)
+
+
+def test_spectral_norm_state_and_gradients() -> None:
+    sn, state = nn.make_with_state(nn.SpectralNorm)(nn.Linear(3, 4, key=KEY), key=jax.random.key(20))
+    assert [a.shape for a in state.get(sn)] == [(4,), (3,)] and state.get(sn.uv_index) is state.get(sn)
+    # a batch under vmap: the vectors do not depend on the examples (out_axes None)
+    xs = jnp.ones((2, 3))
+    ys, new = jax.vmap(sn, in_axes=(0, None), out_axes=(0, None))(xs, state)
+    assert ys.shape == (2, 4)
+    updated = nn.update_state(sn, new)
+    _close(updated.u, new.get(sn)[0], rtol=0, atol=0)
+    # gradients reach the weight, never the vectors (buffers, as PyTorch's)
+    grads = jax.grad(lambda m: jnp.sum(m(jnp.ones(3), state)[0] ** 2))(sn)
+    assert bool(jnp.any(grads.layer.weight != 0))
+    assert not bool(jnp.any(grads.u != 0)) and not bool(jnp.any(grads.v != 0))
+    # inference with the layer's own vectors, and the state passed back unchanged
+    y, same = sn(jnp.ones(3), state, inference=True)
+    assert same is state and y.shape == (4,)
+    assert nn.inference_mode(sn)(jnp.ones(3)).shape == (4,)
+
+
+def test_spectral_norm_bad_input() -> None:
+    lin = nn.Linear(3, 4, key=KEY)
+    sn = nn.SpectralNorm(lin, key=KEY)
+    with pytest.raises(ValueError, match=r"SpectralNorm in training mode returns its updated power-iteration vectors: call it as `y, state = sn\(x, state\)`"):
+        sn(jnp.ones(3))
+    with pytest.raises(ValueError, match=r"SpectralNorm: Linear.bias must have at least 2 axes, got shape \(4,\)"):
+        nn.SpectralNorm(lin, "bias", key=KEY)
+    with pytest.raises(ValueError, match=r"SpectralNorm: num_power_iterations must be an int >= 1, got 0"):
+        nn.SpectralNorm(lin, num_power_iterations=0, key=KEY)
+    with pytest.raises(ValueError, match=r"SpectralNorm: eps must be a number > 0, got -1.0"):
+        nn.SpectralNorm(lin, eps=-1.0, key=KEY)
+    with pytest.raises(ValueError, match=r"SpectralNorm: dim=2 is out of range for a weight with 2 axes"):
+        nn.SpectralNorm(lin, dim=2, key=KEY)
+    with pytest.raises(TypeError, match=r"SpectralNorm needs a PRNG key"):
+        nn.SpectralNorm(lin, key=None)  # type: ignore[arg-type]
+    with pytest.raises(AttributeError, match=r"SpectralNorm: the layer \(Linear\) has no attribute 'w' to normalise"):
+        nn.SpectralNorm(lin, "w", key=KEY)
+
+
+@needs_torch
+def test_spectral_norm_loads_a_torch_state_dict_with_the_documented_rename(tmp_path: Any) -> None:
+    from safetensors.numpy import save_file
+
+    torch.manual_seed(4)
+    tsn = torch.nn.utils.spectral_norm(torch.nn.Linear(3, 2))
+    tsn.eval()
+    sd = {k: v.detach().numpy().copy() for k, v in tsn.state_dict().items()}
+    assert sorted(sd) == ["bias", "weight_orig", "weight_u", "weight_v"]
+    path = os.path.join(tmp_path, "sn.safetensors")
+    save_file(sd, path)
+    like = nn.SpectralNorm(nn.Linear(3, 2, key=KEY), inference=True, key=KEY)
+    rename = {"weight_orig": "layer.weight", "weight_u": "u", "weight_v": "v", "bias": "layer.bias"}
+    sn = spruce.io.load(path, like=like, rename=rename)
+    x = np.random.default_rng(4).standard_normal(3).astype(np.float32)
+    _close(sn(jnp.asarray(x)), tsn(torch.from_numpy(x)).detach().numpy())
