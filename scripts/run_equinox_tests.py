@@ -93,10 +93,6 @@ KNOWN: dict[str, str] = {
         "open: a generated __init__ keeps the field's annotation; Equinox annotates a converted "
         "field with the converter's parameter type (_module/_module.py)"
     ),
-    "test_module.py::test_jax_transform_warn": (
-        "open: no warning when a field is assigned jax.jit(module) & co., whose parameters are "
-        "then hidden from the tree (_module/_module.py)"
-    ),
     "test_module.py::test_no_jax_array_static": (
         "deliberate: an unhashable static value (here a tuple holding a JAX array) is a TypeError "
         "(spruce.Module docstring), where Equinox only warns"

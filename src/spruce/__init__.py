@@ -3,8 +3,9 @@
 ``spruce.tree`` is the engine (``jax.tree``-style short names), ``spruce.tree_util`` the same
 objects under jax.tree_util's names.  The model layer lives at the top level: ``Module`` and
 ``field`` (dataclass-style pytree classes), the filters ``is_array`` / ``is_array_like`` /
-``is_inexact_array`` / ``filter`` / ``partition`` / ``combine``, ``tree_at``, ``apply_updates``,
-``tree_equal`` / ``assert_tree_equal``, ``summary`` and ``pformat``.
+``is_inexact_array`` / ``is_inexact_array_like`` / ``filter`` / ``partition`` / ``combine``,
+``if_array`` (an axis spec for ``spruce.jax.filter_vmap``), ``tree_at``, ``tree_check``,
+``apply_updates``, ``tree_equal`` / ``assert_tree_equal``, ``summary`` and ``pformat``.
 
 The subpackages load on first use (``import spruce`` then ``spruce.io.load(...)`` works, PEP 562):
 ``spruce.jax`` (filtered transforms), ``spruce.nn`` (layers), ``spruce.io`` (checkpoints),
@@ -25,12 +26,15 @@ from typing import Any as _Any
 from . import _jax_bridge
 from . import tree as tree
 from . import tree_util as tree_util
+from ._arrays import if_array as if_array
 from ._module import Module as Module
 from ._module import field as field
 from ._module import is_array as is_array
 from ._module import is_array_like as is_array_like
 from ._module import is_inexact_array as is_inexact_array
+from ._module import is_inexact_array_like as is_inexact_array_like
 from ._module import pformat as pformat
+from ._module._check import tree_check as tree_check
 from ._module._compare import assert_tree_equal as assert_tree_equal
 from ._module._compare import tree_equal as tree_equal
 from ._module._filters import combine as combine
@@ -74,14 +78,17 @@ __all__ = [
     "combine",
     "field",
     "filter",
+    "if_array",
     "is_array",
     "is_array_like",
     "is_inexact_array",
+    "is_inexact_array_like",
     "partition",
     "pformat",
     "summary",
     "tree",
     "tree_at",
+    "tree_check",
     "tree_equal",
     "tree_util",
 ]

@@ -1,6 +1,6 @@
 """Leaf facts shared by every layer, that never import JAX or NumPy themselves: the array
-predicates (``is_array`` and kin), array summaries (``f32[2,3]``), shape and itemsize of an
-array-like leaf, and the one byte formatter.
+predicates (``is_array`` and kin, and ``if_array``, the axis spec built on them), array
+summaries (``f32[2,3]``), shape and itemsize of an array-like leaf, and the one byte formatter.
 
 An object can only be a ``jax.Array`` if JAX has been imported, and a NumPy array only if NumPy
 has been; the modules are looked up in ``sys.modules`` so that ``import spruce`` stays free of
@@ -9,6 +9,7 @@ both.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any
 
@@ -67,6 +68,52 @@ def is_inexact_array(x: Any) -> bool:
         name = str(x.dtype.name)
         return "float" in name
     return False
+
+
+def is_inexact_array_like(x: Any) -> bool:
+    """True for floating-point and complex arrays (``is_inexact_array``), Python ``float`` and
+    ``complex``, and objects with a ``__jax_array__`` method whose array is inexact; False for
+    everything else (``bool``, ``int``, integer arrays, containers).  The ``is_array_like``
+    counterpart of ``is_inexact_array``: what ``jax.numpy.asarray`` turns into a floating or
+    complex value.
+
+    Follows ``equinox.is_inexact_array_like``, except that a NumPy array of an ml_dtypes float
+    (bfloat16, float8_*) counts as inexact, as the same JAX array does (``is_inexact_array``).
+
+    >>> is_inexact_array_like(2.0), is_inexact_array_like(1j), is_inexact_array_like(1), is_inexact_array_like(True)
+    (True, True, False, False)
+    """
+    if hasattr(type(x), "__jax_array__"):
+        x = x.__jax_array__()
+    if is_array(x):
+        return is_inexact_array(x)
+    return isinstance(x, (float, complex))
+
+
+@dataclasses.dataclass(frozen=True)
+class if_array:
+    """``if_array(axis)(x)`` is ``axis`` when ``x`` is an array (``is_array``) and None otherwise:
+    an axis spec, for the ``in_axes`` of ``spruce.jax.filter_vmap`` (and of ``jax.vmap`` over
+    a prefix), that maps array leaves over ``axis`` and leaves every other leaf unmapped.
+
+    A frozen dataclass, so equal specs compare and hash equal (a spec can be part of a cache
+    key); not a pytree (a leaf).  ``axis`` must be an int (TypeError otherwise; a bool is
+    refused too).  Follows ``equinox.if_array``.
+
+    >>> import numpy as np
+    >>> spec = if_array(1)
+    >>> spec(np.zeros((2, 3))), spec(3.0), spec('text')
+    (1, None, None)
+    """
+
+    axis: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.axis, bool) or not isinstance(self.axis, int):
+            raise TypeError(f"if_array(axis): axis must be an int, got {self.axis!r}")
+
+    def __call__(self, x: Any) -> int | None:
+        return self.axis if is_array(x) else None
 
 
 def dtype_short_name(dtype: Any) -> str:

@@ -11,7 +11,7 @@ import warnings
 from typing import Any, Callable, dataclass_transform
 
 from .. import tree as _tree
-from .._arrays import array_summary, is_array
+from .._arrays import array_summary, is_array, is_array_like, jax_if_imported
 from .._tree._registry import register_with_fixed_keys as _register_with_fixed_keys
 from ._field import CONVERTER, STATIC, field
 from ._pretty import pformat
@@ -182,6 +182,83 @@ def _check_static(obj: Any, info: _Fields) -> None:
             )
 
 
+# The types of what JAX's function transforms return (a jax.jit wrapper, a custom_jvp /
+# custom_vjp object, and plain functions for jax.grad, jax.vmap and the others), found by applying
+# each transform once.  Computed when first needed after JAX is imported (nothing can be
+# transformed before); None until then.
+_transform_types: frozenset[type] | None = None
+
+
+def _jax_transform_types() -> frozenset[type]:
+    global _transform_types
+    if _transform_types is not None:
+        return _transform_types
+    jax = jax_if_imported()
+    if jax is None:
+        return frozenset()
+    try:
+        transforms = (
+            jax.jit, jax.grad, jax.vmap, jax.value_and_grad, jax.jacfwd, jax.jacrev, jax.hessian,
+            jax.custom_jvp, jax.custom_vjp, jax.checkpoint, jax.pmap,
+        )
+    except AttributeError:  # JAX is still being imported (its module exists, half filled)
+        return frozenset()
+    _transform_types = frozenset(type(t(lambda x: x)) for t in transforms)
+    return _transform_types
+
+
+def _hides_arrays(value: Any, kinds: frozenset[type]) -> bool:
+    """True if ``value`` is what a JAX transform returned (its type is one of ``kinds``) and an
+    object it wraps — following ``__wrapped__`` — has array-like leaves: parameters that the
+    wrapper, a leaf, hides from the tree."""
+    if type(value) not in kinds:  # the exact type, as Equinox
+        return False
+    met: set[int] = set()
+    while id(value) not in met:
+        met.add(id(value))
+        try:
+            value = value.__wrapped__
+        except AttributeError:
+            return False
+        if any(is_array_like(leaf) for leaf in _tree.leaves(value)):
+            return True
+    return False  # a __wrapped__ chain that loops
+
+
+def _warn_transformed(obj: Any, name: str, value: Any) -> None:
+    """The UserWarning of Equinox for a field assigned a JAX-transformed callable that wraps
+    arrays (``jax.vmap(linear)``): checked on the value, or on the leaves of a list / tuple /
+    dict value, Modules inside it left out (each checked its own fields when it was built; and
+    entering them would make building a deep chain of Modules quadratic)."""
+    kinds = _jax_transform_types()
+    if not kinds:
+        return
+    if type(value) in kinds:
+        candidates: Any = (value,)
+    elif isinstance(value, (list, tuple, dict)):
+        candidates = _tree.leaves(value, is_leaf=lambda x: isinstance(x, Module))
+    else:
+        return
+    for leaf in candidates:
+        if _hides_arrays(leaf, kinds):
+            cls = type(obj)
+            warnings.warn(
+                # The first words are Equinox's, which code and tests match on.
+                f"Possibly assigning a JAX-transformed callable as an attribute on "
+                f"{cls.__module__}.{cls.__qualname__}: field {name!r} holds a "
+                f"{type(leaf).__name__} made by a JAX transform (jax.jit, jax.vmap, jax.grad, ...) "
+                "around an object with arrays.  The wrapper is a leaf of the tree, so those arrays "
+                "are hidden from it: gradients, optimizers, tree_at and checkpoints never see "
+                "them.  Store the module itself and apply the transform when calling it "
+                f"(`jax.vmap(self.{name})(x)` in __call__).",
+                UserWarning,
+                # this function, __setattr__, __init__ (the assignment in a hand-written one),
+                # then for a generated __init__ the metaclass's __call__ and the caller
+                stacklevel=3 if cls._spruce_custom_init else 5,
+            )
+            return
+
+
 _FROZEN_HELP = (
     "modules are immutable after __init__; make an updated copy with "
     "spruce.tree_at(lambda m: m.{name}, module, new_value)"
@@ -325,6 +402,13 @@ class Module(metaclass=_ModuleMeta):
     ``dataclasses.FrozenInstanceError`` (an AttributeError) naming the field; use
     ``spruce.tree_at`` for modified copies.
 
+    A field assigned a callable returned by a JAX transform (``jax.jit``, ``jax.vmap``,
+    ``jax.grad``, ...) around an object with array-like leaves (``jax.vmap(linear)``), or a
+    list / tuple / dict holding one, gets a UserWarning, as in Equinox: the wrapper is a leaf,
+    so the arrays inside it are hidden from the tree.  (Equinox checks the leaves of a generated
+    ``__init__``'s arguments and the value a hand-written one assigns; spruce checks the value
+    and the leaves of a list / tuple / dict value, for either kind of ``__init__``.)
+
     As a pytree: the children are the non-static fields, in declaration order, with key paths
     ``GetAttrKey(name)`` (``jax.tree_util.keystr`` gives ``.layers[0].weight``); the node data
     holds the static field names and values, printed as
@@ -377,6 +461,7 @@ class Module(metaclass=_ModuleMeta):
                         f"instance inside the tree (a copy made by a transform would still call "
                         f"the original); call the method from __call__, or store a function"
                     )
+                _warn_transformed(self, name, value)
                 conv = info.converters.get(name)
                 if conv is not None:
                     value = conv(value)

@@ -12,6 +12,8 @@ Layers:
 - convolution: Conv1d/2d/3d, ConvTranspose1d/2d/3d;
 - pooling: MaxPool1d/2d/3d, AvgPool1d/2d/3d, AdaptiveAvgPool1d/2d/3d, AdaptiveMaxPool1d/2d/3d;
 - normalisation: LayerNorm, RMSNorm, GroupNorm, BatchNorm;
+- reparametrisation of a layer's weight: WeightNorm, SpectralNorm (whose power-iteration
+  vectors are state, as BatchNorm's running statistics);
 - other: Dropout, PReLU, Shared (tied weights).
 
 Layers with a PyTorch counterpart take PyTorch's arguments (``use_bias`` for ``bias`` where
@@ -82,6 +84,8 @@ from ._pool import AvgPool3d as AvgPool3d
 from ._pool import MaxPool1d as MaxPool1d
 from ._pool import MaxPool2d as MaxPool2d
 from ._pool import MaxPool3d as MaxPool3d
+from ._reparam import SpectralNorm as SpectralNorm
+from ._reparam import WeightNorm as WeightNorm
 from ._rnn import GRUCell as GRUCell
 from ._rnn import LSTMCell as LSTMCell
 from ._rope import RotaryPositionalEmbedding as RotaryPositionalEmbedding
@@ -130,7 +134,9 @@ __all__ = [
     "RotaryPositionalEmbedding",
     "Sequential",
     "Shared",
+    "SpectralNorm",
     "State",
+    "WeightNorm",
     "elu",
     "gelu",
     "identity",

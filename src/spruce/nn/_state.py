@@ -114,7 +114,8 @@ class State(Module):
     ``spruce.io.save`` take a State like any pytree.
 
     Methods: ``state.get(layer)`` -> the tuple, or None; ``state.set(layer, value)`` -> a new
-    State (states are immutable).
+    State (states are immutable).  Both also take the layer's ``state_index`` itself in place
+    of the layer (``state.get(bn.state_index)``, Equinox's spelling).
 
     Design: Equinox keeps running statistics only in its State, so every call, inference
     included, threads one.  spruce keeps them in the layer as well, as ordinary leaves under
@@ -154,13 +155,14 @@ class State(Module):
         self.values = values
 
     def get(self, layer: Any) -> tuple[Any, ...] | None:
-        """The state of ``layer`` (a tuple of its ``state_fields`` values), or None."""
-        return self.values.get(layer.state_index)
+        """The state of ``layer`` (a tuple of its ``state_fields`` values), or None; ``layer``
+        may also be its ``state_index``."""
+        return self.values.get(layer if isinstance(layer, str) else layer.state_index)
 
     def set(self, layer: Any, value: tuple[Any, ...]) -> State:
-        """A new State in which ``layer``'s entry is ``value``."""
+        """A new State in which ``layer``'s entry (``layer`` or its ``state_index``) is ``value``."""
         values = dict(self.values)
-        values[layer.state_index] = tuple(value)
+        values[layer if isinstance(layer, str) else layer.state_index] = tuple(value)
         return replace_fields(self, values=values)  # type: ignore[no-any-return]
 
 
