@@ -724,6 +724,11 @@ def test_batchnorm_counter_is_pytorchs_and_every_training_step_counts() -> None:
         _, state = step(jnp.ones((3, 2)), state)
     trained = nn.update_state(bn, state)
     assert trained.num_batches_tracked.dtype == np.int64 and int(trained.num_batches_tracked) == 2
+    # A layer without a counter (saved by an earlier spruce, which kept none with a momentum)
+    # counts from 0.
+    old = spruce.tree_at(lambda b: b.num_batches_tracked, bn, None)
+    _, state = jax.vmap(old, axis_name="batch", in_axes=(0, None), out_axes=(0, None))(jnp.ones((3, 2)), nn.State(old))
+    assert int(state.get(old)[2]) == 1
 
 
 def test_gradients_of_a_model_with_a_batchnorm_counter() -> None:
