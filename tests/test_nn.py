@@ -876,6 +876,10 @@ def test_inference_mode_names_a_node_whose_inference_it_cannot_switch() -> None:
 
     with pytest.raises(TypeError, match=r"the .*Frozen at \['b'\]\[1\] has an `inference` attribute that is not one of its pytree children"):
         nn.inference_mode({"a": nn.Dropout(0.1), "b": [1, Frozen()]})
+    with pytest.raises(TypeError, match=r"the .*Frozen at \[0\]\[2\] has an `inference`"):
+        nn.inference_mode([nn.Sequential([nn.Dropout(0.1), nn.Lambda(jax.nn.relu), Frozen()])], value=False)
+    with pytest.raises(TypeError, match="the .*Frozen at the root"):
+        nn.inference_mode(Frozen())
 
 
 def test_shared_ties_weights_and_sums_gradients() -> None:
