@@ -875,6 +875,11 @@ def test_batchnorm_counter_is_pytorchs_and_every_training_step_counts() -> None:
         _, state = step(jnp.ones((3, 2)), state)
     trained = nn.update_state(bn, state)
     assert trained.num_batches_tracked.dtype == np.int64 and int(trained.num_batches_tracked) == 2
+    # A layer without a counter (saved by an earlier spruce, which kept none with a momentum)
+    # counts from 0.
+    old = spruce.tree_at(lambda b: b.num_batches_tracked, bn, None)
+    _, state = jax.vmap(old, axis_name="batch", in_axes=(0, None), out_axes=(0, None))(jnp.ones((3, 2)), nn.State(old))
+    assert int(state.get(old)[2]) == 1
 
 
 def test_gradients_of_a_model_with_a_batchnorm_counter() -> None:
@@ -1025,6 +1030,10 @@ def test_inference_mode_names_a_node_whose_inference_it_cannot_switch() -> None:
         TypeError, match=r"the .*Frozen at \['b'\]\[1\] has an `inference` attribute that is not one of its pytree children"
     ):
         nn.inference_mode({"a": nn.Dropout(0.1), "b": [1, Frozen()]})
+    with pytest.raises(TypeError, match=r"the .*Frozen at \[0\]\[2\] has an `inference`"):
+        nn.inference_mode([nn.Sequential([nn.Dropout(0.1), nn.Lambda(jax.nn.relu), Frozen()])], value=False)
+    with pytest.raises(TypeError, match="the .*Frozen at the root"):
+        nn.inference_mode(Frozen())
 
 
 def test_shared_ties_weights_and_sums_gradients() -> None:

@@ -177,7 +177,9 @@ class BatchNorm(Module):
                         f"one example of shape {x.shape})"
                     )
                 old = state.get(self) or tuple(getattr(self, f) for f in self.state_fields)
-                count = jnp.asarray(old[2]) + 1  # every step counts, as PyTorch
+                # Every step counts, as PyTorch.  (None: a layer saved before spruce kept the
+                # counter with every momentum; it counts from 0.)
+                count = jnp.asarray(0 if old[2] is None else old[2]) + 1
                 # momentum=None: the cumulative moving average, as PyTorch's.
                 m: Any = 1.0 / count.astype(ctype) if self.momentum is None else self.momentum
                 unbiased = var * (n / max(n - 1, 1))

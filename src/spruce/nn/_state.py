@@ -220,23 +220,15 @@ def _switch_tree(tree: Any, path: tuple[Any, ...], value: bool) -> Any:
 
 
 def _switch_node(x: Any, path: tuple[Any, ...], value: bool) -> Any:
-    if isinstance(x, Module):
-        d = x.__dict__
-        changes = {}
-        fields = dataclasses.fields(x)
-        for f in fields:
-            if f.metadata.get("static", False) or f.name not in d:
-                continue
-            new = _switch_tree(d[f.name], path + (_tree.GetAttrKey(f.name),), value)
-            if new is not d[f.name]:
-                changes[f.name] = new
-        if any(f.name == "inference" for f in fields):
-            convert = type(x)._spruce_fields.converters.get("inference")
-            changes["inference"] = value if convert is None else convert(value)
-        return replace_fields(x, **changes) if changes else x
-    # Another library's node (an Equinox Module): its `inference` child is replaced.
     keyed, treedef = _tree.flatten_one_level_with_path(x)
     children = [_switch_tree(c, path + (k,), value) for k, c in keyed]
+    if isinstance(x, Module):  # rebuilt as unflatten does (no __init__), then its own flag set
+        out = treedef.unflatten(children)
+        if any(f.name == "inference" for f in dataclasses.fields(x)):
+            convert = type(x)._spruce_fields.converters.get("inference")
+            out = replace_fields(out, inference=value if convert is None else convert(value))
+        return out
+    # Another library's node (an Equinox Module): its `inference` child is replaced.
     where = [i for i, (k, _) in enumerate(keyed) if isinstance(k, _tree.GetAttrKey) and k.name == "inference"]
     if not where:
         at = _tree.keystr(path) or "the root"
