@@ -1032,7 +1032,7 @@ def test_inference_mode_names_a_node_whose_inference_it_cannot_switch() -> None:
         nn.inference_mode({"a": nn.Dropout(0.1), "b": [1, Frozen()]})
     with pytest.raises(TypeError, match=r"the .*Frozen at \[0\]\[2\] has an `inference`"):
         nn.inference_mode([nn.Sequential([nn.Dropout(0.1), nn.Lambda(jax.nn.relu), Frozen()])], value=False)
-    with pytest.raises(TypeError, match="the .*Frozen at the root"):
+    with pytest.raises(TypeError, match=r"the .*Frozen at the root"):
         nn.inference_mode(Frozen())
 
 
