@@ -125,6 +125,12 @@ CASES: dict[str, Case] = {
         lambda rng: _floats(rng, 2, 3, 2, 4),
         _batchnorm_training,
     ),
+    "WeightNorm": Case("WeightNorm", lambda: nn.WeightNorm(nn.Linear(3, 4, key=KEYS[0])), lambda rng: _floats(rng, 2, 3)),
+    "SpectralNorm-inference": Case(
+        "SpectralNorm",
+        lambda: nn.SpectralNorm(nn.Linear(3, 4, key=KEYS[0]), inference=True, key=KEYS[1]),
+        lambda rng: _floats(rng, 2, 3),
+    ),
     "Dropout": Case("Dropout", lambda: nn.Dropout(0.5), lambda rng: _floats(rng, 2, 6), lambda m, x: m(x, key=DROPOUT_KEY)),
     "Dropout-inference": Case("Dropout", lambda: nn.Dropout(0.5, inference=True), lambda rng: _floats(rng, 2, 6)),
     "PReLU": Case("PReLU", lambda: nn.PReLU(2), lambda rng: _floats(rng, 2, 2, 3)),
