@@ -84,3 +84,13 @@ def test_from_jax_rejects_other_objects() -> None:
         st.from_jax({"a": 1})
     td = st.structure([1])
     assert st.from_jax(td) is td
+
+
+def test_to_jax_refuses_node_types_jax_does_not_have() -> None:
+    """A deque and a struct sequence are nodes in spruce and leaves in JAX: converting would
+    give a structure with other leaves, so it raises instead."""
+    import time
+
+    for tree in (collections.deque([1, 2]), time.gmtime(0), {"a": [collections.deque([1])]}):
+        with pytest.raises(ValueError, match=r"to_jax: JAX sees another structure in the same tree \(\d+ leaves where"):
+            st.structure(tree).to_jax()

@@ -355,6 +355,10 @@ class PyTreeDef:
         positions are leaves (as ``jax.tree_util.tree_structure(tree, is_leaf=lambda x: x is
         None)`` gives).  The inverse is ``spruce.tree.from_jax``.
 
+        Raises:
+          ValueError: the structure holds a node type JAX has no node for (a deque, a struct
+            sequence), so JAX's structure would have other leaves.
+
         >>> import jax
         >>> from spruce.tree import structure
         >>> structure({'a': 1, 'b': (2, None)}).to_jax() == jax.tree_util.tree_structure({'a': 1, 'b': (2, None)})
@@ -365,8 +369,18 @@ class PyTreeDef:
         tree_util = importlib.import_module("jax.tree_util")
         tree = self.unflatten([_Placeholder() for _ in range(self._num_leaves)])
         if self._none_is_leaf:
-            return tree_util.tree_structure(tree, is_leaf=_none_or_placeholder)
-        return tree_util.tree_structure(tree)
+            out = tree_util.tree_structure(tree, is_leaf=_none_or_placeholder)
+        else:
+            out = tree_util.tree_structure(tree)
+        # A node kind JAX does not have is a leaf there: the structure would not come back.
+        if out.num_leaves != self._num_leaves or (not self._none_is_leaf and from_jax(out) != self):
+            raise ValueError(
+                f"to_jax: JAX sees another structure in the same tree ({out.num_leaves} leaves "
+                f"where this one has {self._num_leaves}, or other nodes): it holds a node type "
+                "that jax.tree_util does not know (a deque or a struct sequence such as "
+                "time.struct_time are nodes in spruce, leaves in JAX)"
+            )
+        return out
 
     # -- dunder ----------------------------------------------------------------------------
 
