@@ -678,3 +678,18 @@ def test_spectral_norm_loads_a_torch_state_dict_with_the_documented_rename(tmp_p
     sn = spruce.io.load(path, like=like, rename=rename)
     x = np.random.default_rng(4).standard_normal(3).astype(np.float32)
     _close(sn(jnp.asarray(x)), tsn(torch.from_numpy(x)).detach().numpy())
+
+
+def test_equinox_inference_mode_switches_spectral_norm() -> None:
+    """SpectralNorm's inference flag is a Flag node, as Dropout's: Equinox's inference_mode
+    switches it (in a mixed model too), and spruce's keeps it static for jax.jit."""
+    layer = nn.SpectralNorm(nn.Linear(3, 3, key=jax.random.key(0)), key=jax.random.key(1))
+    model = nn.Sequential([layer, nn.Dropout(0.5)])
+    on = eqx.nn.inference_mode(model)
+    assert bool(on[0].inference) is True and bool(on[1].inference) is True
+    off = eqx.nn.inference_mode(on, value=False)
+    assert bool(off[0].inference) is False
+    ours = nn.inference_mode(model)
+    x = jnp.ones(3)
+    np.testing.assert_allclose(jax.jit(lambda m, x: m(x))(ours, x), ours(x), rtol=1e-6)
+    assert not bool(layer.inference)

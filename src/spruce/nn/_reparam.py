@@ -30,7 +30,7 @@ from .._module._surgery import tree_at
 from ._common import check_key
 from ._conv import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from ._norm import _compute_dtype
-from ._state import State
+from ._state import State, as_flag, inference_flag
 
 
 def _weight(layer: Any, weight_name: Any, what: str) -> jax.Array:
@@ -159,8 +159,9 @@ class SpectralNorm(Module):
         complex array of at least 2 axes (AttributeError / TypeError / ValueError otherwise).
       num_power_iterations: power-iteration steps per training call (default 1; >= 1).
       eps: lower bound of the norms the vectors are divided by (default 1e-12).
-      inference: if True no power iteration runs and ``u``, ``v`` are used as they are;
-        static, switch it with ``spruce.nn.inference_mode`` or override it per call.
+      inference: if True no power iteration runs and ``u``, ``v`` are used as they are; held
+        as a ``Flag`` (static for JAX), switched by ``spruce.nn.inference_mode`` and
+        ``equinox.nn.inference_mode``, or overridden per call.
       dim: keyword-only; the weight's output axis, moved first before the weight is flattened
         to a matrix ``(h, w)``.  Default: 1 for ConvTranspose1d/2d/3d (whose weight is
         ``(in, out, ...)``), else 0, as PyTorch.
@@ -212,7 +213,7 @@ class SpectralNorm(Module):
     num_power_iterations: int = field(static=True)
     eps: float = field(static=True)
     dim: int = field(static=True)
-    inference: bool = field(static=True)
+    inference: bool = field(converter=as_flag)
     state_index: str = field(static=True, repr=False)
 
     # What a State holds for this layer (a class attribute, not a field).
@@ -251,7 +252,7 @@ class SpectralNorm(Module):
         self.num_power_iterations = num_power_iterations
         self.eps = float(eps)
         self.dim = _axis(dim, weight.ndim, "dim", what)
-        self.inference = bool(inference)
+        self.inference = inference  # (a Flag: see Dropout's inference)
         self.state_index = uuid.uuid4().hex
         mat = self._matrix(weight)
         ukey, vkey = jax.random.split(key)
@@ -286,7 +287,7 @@ class SpectralNorm(Module):
     ) -> Any:
         weight = getattr(self.layer, self.weight_name)
         mat = self._matrix(weight)
-        off = self.inference if inference is None else inference
+        off = inference_flag(self.inference if inference is None else inference, "SpectralNorm")
         new_state = state
         if off:
             u, v = self.u, self.v
