@@ -21,7 +21,7 @@ from typing import (
 import numpy as np
 
 from .._names import unflatten_names
-from . import _npz, _safetensors, _sharded, _torch
+from . import _npz, _safetensors, _sharded, _storage, _torch
 from ._dtypes import NPZ_NAMES, SAFETENSORS_NAMES, describe
 from ._errors import CheckpointError, MismatchError
 from ._files import (
@@ -117,9 +117,10 @@ def _save_format(path: str) -> str:
 
 
 def _fspath(path: Any, function: str) -> str:
-    """``path`` as a str (bytes paths are decoded as ``open()`` does, with os.fsdecode)."""
+    """``path`` as a str (bytes paths are decoded as ``open()`` does, with os.fsdecode); a
+    ``file://`` URL as its local path."""
     try:
-        return os.fsdecode(path)
+        return _storage.local(os.fsdecode(path))
     except TypeError:
         raise TypeError(
             f"{function}: path must be a str, bytes or os.PathLike object, not {type(path).__name__}"
@@ -136,7 +137,7 @@ def _naming(path: str) -> Iterator[None]:
 
 
 def _parse(p: str) -> Parsed:
-    if os.path.isdir(p):  # (a sharded checkpoint was looked for first)
+    if not _storage.is_url(p) and os.path.isdir(p):  # (a sharded checkpoint was looked for first)
         raise IsADirectoryError(errno.EISDIR, f"Is a directory but not a sharded checkpoint (no {_sharded.INDEX})", p)
     low = p.lower()
     if low.endswith(".npz"):
@@ -202,12 +203,15 @@ class _Reader:
     def region(self, name: str, index: Any, detach: bool = False) -> np.ndarray[Any, Any]:
         """The block ``index`` (a tuple of slices) of tensor ``name``; with ``detach``, a new
         array, and the tensor's pages are released from the process (``MappedFile.release``)."""
+        e = self.parsed.tensors.get(name)
+        if self.mapped.remote and index is not None and e is not None and e.offset >= 0:
+            return self.mapped.block(e, index)  # only the block's bytes fetched
         arr = self.array(name)
         block = arr if index is None else arr[tuple(index)]
         if not detach:
             return block
         out = np.array(block)
-        e = self.parsed.tensors[name]
+        assert e is not None
         if e.offset >= 0 and not self.copy:
             self.mapped.release(e)
         return out
@@ -254,7 +258,7 @@ def _doc(parsed: Parsed) -> dict[str, Any] | None:
 # -- public functions ------------------------------------------------------------------------------
 
 
-def read_header(path: PathLike) -> dict[str, TensorInfo]:
+def read_header(path: PathLike, *, storage_options: Mapping[str, Any] | None = None) -> dict[str, TensorInfo]:
     """The tensors of a checkpoint — name, dtype, shape, size, bytes — without reading data.
 
     Reads only the header of a .safetensors file (8 bytes + its JSON header), and only the zip
@@ -284,10 +288,10 @@ def read_header(path: PathLike) -> dict[str, TensorInfo]:
     >>> read_header(path)
     {'w': TensorInfo(dtype='float32', shape=(2, 3), size=6, nbytes=24)}
     """
-    return _read_info(path, "read_header").tensors
+    return _read_info(path, "read_header", storage_options).tensors
 
 
-def read_metadata(path: PathLike) -> dict[str, str]:
+def read_metadata(path: PathLike, *, storage_options: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The str -> str metadata of a checkpoint (safetensors' ``__metadata__``; the
     ``__metadata__.npy`` member of an .npz), without reading tensor data.
 
@@ -305,10 +309,10 @@ def read_metadata(path: PathLike) -> dict[str, str]:
     >>> meta['epoch'], sorted(meta)
     ('3', ['epoch', 'spruce.treedef'])
     """
-    return _read_info(path, "read_metadata").metadata
+    return _read_info(path, "read_metadata", storage_options).metadata
 
 
-def read_info(path: PathLike) -> CheckpointInfo:
+def read_info(path: PathLike, *, storage_options: Mapping[str, Any] | None = None) -> CheckpointInfo:
     """A checkpoint's format, tensors and metadata from one read of its header (what
     ``read_header`` and ``read_metadata`` give, without parsing the file twice).
 
@@ -322,12 +326,12 @@ def read_info(path: PathLike) -> CheckpointInfo:
     >>> info.format, info.tensors, info.metadata['step']
     ('npz', {'w': TensorInfo(dtype='int8', shape=(3,), size=3, nbytes=3)}, '5')
     """
-    return _read_info(path, "read_info")
+    return _read_info(path, "read_info", storage_options)
 
 
-def _read_info(path: PathLike, function: str) -> CheckpointInfo:
+def _read_info(path: PathLike, function: str, storage_options: Mapping[str, Any] | None) -> CheckpointInfo:
     p = _fspath(path, function)
-    with _naming(p):
+    with _storage.reading(storage_options), _naming(p):
         parsed = _parse_any(p)
     names = list(parsed.tensors)
     try:
@@ -357,7 +361,10 @@ def load_flat(path: PathLike) -> dict[str, Any]:
         return {name: _plain(reader.array, spec) for name, spec in _entries(parsed, _doc(parsed)).items()}
 
 
-def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False) -> None:
+def save(
+    path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+) -> None:
     """Write a pytree to a .safetensors or .npz checkpoint, atomically.
 
     Every array leaf becomes one tensor named by its key path in dotted form
@@ -425,6 +432,7 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
     """
     p = _fspath(path, "save")
     fmt = _save_format(p)
+    remote = _storage.resolve(p, storage_options) is not None  # (a bad URL fails before any work)
     meta: dict[str, str] = {}
     if metadata is not None:
         for k, v in metadata.items():
@@ -437,29 +445,32 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
     enc = encode_tree(tree, allowed, "." + fmt, skip_code=skip_code)
     meta[TREEDEF_KEY] = json.dumps(enc.doc, allow_nan=False, separators=(",", ":"))
     writer = _safetensors.write if fmt == "safetensors" else _npz.write
-    atomic_write(p, lambda tmp: writer(tmp, enc.arrays, meta, p))
+    if remote:  # no rename on object stores: the finished file is uploaded in one put
+        _storage.put(p, lambda tmp: writer(tmp, enc.arrays, meta, p), storage_options)
+    else:
+        atomic_write(p, lambda tmp: writer(tmp, enc.arrays, meta, p))
 
 
 @overload
 def load(
     path: PathLike, like: Any = None, *, strict: Literal[True] = True, rename: Rename | None = None, shardings: Any = None,
-    dtype: Any = None, mmap: bool = True,
+    dtype: Any = None, mmap: bool = True, storage_options: Mapping[str, Any] | None = None,
 ) -> Any: ...
 @overload
 def load(
     path: PathLike, like: Any = None, *, strict: Literal[False], rename: Rename | None = None, shardings: Any = None,
-    dtype: Any = None, mmap: bool = True,
+    dtype: Any = None, mmap: bool = True, storage_options: Mapping[str, Any] | None = None,
 ) -> LoadResult: ...
 @overload
 def load(
     path: PathLike, like: Any = None, *, strict: bool, rename: Rename | None = None, shardings: Any = None,
-    dtype: Any = None, mmap: bool = True,
+    dtype: Any = None, mmap: bool = True, storage_options: Mapping[str, Any] | None = None,
 ) -> Any: ...
 
 
 def load(
     path: PathLike, like: Any = None, *, strict: bool = True, rename: Rename | None = None, shardings: Any = None,
-    dtype: Any = None, mmap: bool = True,
+    dtype: Any = None, mmap: bool = True, storage_options: Mapping[str, Any] | None = None,
 ) -> Any:
     """Read a checkpoint written by ``save`` or ``save_sharded`` — or by another tool — into a
     pytree.
@@ -604,7 +615,7 @@ def load(
     cast = _Cast(dtype)
     if cast.like and like is None and shardings is None:
         raise ValueError("load: dtype='like' casts to the dtypes of like's leaves: pass like=")
-    with _naming(p):
+    with _storage.reading(storage_options), _naming(p):
         return _load(p, like, strict, rename, shardings, cast, mmap)
 
 
