@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import os
 import re
 import tempfile
@@ -132,7 +133,10 @@ class RemoteFile:
         self.fs, self.path = current(url)
         with contextlib.suppress(Exception):
             self.fs.invalidate_cache(self.path)
-        info = self.fs.info(self.path)
+        try:
+            info = self.fs.info(self.path)
+        except FileNotFoundError:  # (backends raise it without an errno)
+            raise FileNotFoundError(errno.ENOENT, "No such object", url) from None
         if info.get("type") == "directory":
             raise IsADirectoryError(21, "Is a directory (a prefix) but not a sharded checkpoint (no index.json)", url)
         self.size = int(info.get("size") or 0)
