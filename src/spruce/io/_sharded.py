@@ -163,6 +163,8 @@ def _data(x: Any, dev: Any, local: Mapping[Any, Any], rel: tuple[slice, ...], pa
     whole = all(sl.stop - sl.start == n for sl, n in zip(rel, shard.data.shape))
     if whole:
         return lambda: np.asarray(shard.data)
+    if getattr(dev, "platform", "") == "cpu":
+        return lambda: np.asarray(shard.data)[rel]  # (a host buffer: a view of it, nothing copied)
     return lambda: np.asarray(shard.data[rel])  # sliced on the device: only the rows copied
 
 
