@@ -267,7 +267,9 @@ def read_header(path: PathLike, *, storage_options: Mapping[str, Any] | None = N
 
     Args:
       path: a .safetensors or .npz file (another suffix: the format is sniffed); a str, bytes
-        or os.PathLike.
+        or os.PathLike; or a URL (``s3://...``, ``memory://...``: fsspec, docs/io.md), of
+        which only the header's bytes are fetched.
+      storage_options: for a URL, keyword arguments for its fsspec filesystem.
 
     Returns:
       ``{name: TensorInfo(dtype, shape, size, nbytes)}``, in the order of the saved tree for a
@@ -403,7 +405,8 @@ def save(
 
     Args:
       path: the file (a str, bytes or os.PathLike); its suffix, ``.safetensors`` or ``.npz``,
-        chooses the format.
+        chooses the format.  A URL (``s3://bucket/model.safetensors``: fsspec, docs/io.md)
+        is written in one upload of the finished file, which appears only when complete.
       tree: the pytree to save (a spruce Module included).
       metadata: extra str -> str entries for the file's metadata (keys must not start with
         ``spruce.``).
@@ -412,6 +415,7 @@ def save(
         with ``like=`` takes them from ``like``, and ``load`` without ``like`` raises
         CheckpointError listing them.  False (default): such a leaf is a ValueError.  Data the
         format cannot hold is refused either way.
+      storage_options: for a URL, keyword arguments for its fsspec filesystem.
 
     Raises:
       ValueError: an unknown suffix; a leaf that cannot be stored (its key path is named); two
@@ -578,7 +582,12 @@ def load(
       mmap: True (default): arrays are views of the file read whole (at most 64 MiB) or of a
         copy-on-write memory map (larger files).  False: every array is read from the file
         into memory of its own before ``load`` returns, at any size, so that nothing refers to
-        the file afterwards (rewriting or truncating it cannot disturb the arrays).
+        the file afterwards (rewriting or truncating it cannot disturb the arrays).  From a
+        URL, arrays are always read into memory of their own.
+      storage_options: for a URL (``path`` may be ``s3://...``, ``gs://...``,
+        ``memory://...``: fsspec, docs/io.md), keyword arguments for its fsspec filesystem.
+        Only byte ranges are fetched: the header, then the tensors loaded (with
+        ``shardings``, each device's block alone).
 
     Returns:
       The tree; with ``strict=False``, a ``LoadResult``.

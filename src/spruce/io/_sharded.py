@@ -246,12 +246,13 @@ def save_sharded(
     """Write a pytree as a sharded checkpoint: a directory of .safetensors pieces and an index.
 
     Each process writes only the shards its devices hold, and each distinct shard exactly once
-    (a replicated array is written by the device of lowest id holding it, not once per
-    replica).  Shards are copied to the host one at a time and streamed to the piece file, so
-    no process gathers an array and the extra memory stays near one shard.  NumPy arrays and
-    other host leaves — and, with several processes, jax.Arrays that live on one process's
-    devices only — are written by process 0 (every process is expected to hold the same
-    value).  The pieces are plain safetensors files
+    (not once per replica): a block held by several processes (a replicated array) goes to the
+    one given the fewest bytes so far, cut into row blocks, one per process, from 8 MiB on, so
+    that the processes share the writing of replicated data.  NumPy arrays and other host
+    leaves — and, with several processes, jax.Arrays that live on one process's devices only —
+    are shared out the same way (every process is expected to hold the same value).  Shards are
+    copied to the host one at a time and streamed to the piece file, so no process gathers an
+    array and the extra memory stays near one shard.  The pieces are plain safetensors files
     (``safetensors.numpy.load_file`` reads them); ``index.json`` records each tensor's global
     shape and dtype, which block is in which file, your ``metadata`` and the tree's structure
     (as ``save`` stores it).  Format: docs/io.md.
@@ -270,11 +271,14 @@ def save_sharded(
     the call returns.
 
     Args:
-      directory: the checkpoint directory (created if missing; parents must exist).
+      directory: the checkpoint directory (created if missing; parents must exist), or a URL
+        (``s3://bucket/prefix``: fsspec, docs/io.md), where each piece is one upload and the
+        index, uploaded last, commits the checkpoint.
       tree: the pytree; ``jax.Array`` leaves are written shard by shard (typed PRNG keys:
         their key data, shard by shard), other leaves as ``save`` writes them.
       metadata: extra str -> str entries (keys must not start with ``spruce.``).
       skip_code: as for ``save``: leave out functions and other code instead of refusing them.
+      storage_options: for a URL, keyword arguments for its fsspec filesystem.
 
     Raises:
       ValueError: a leaf that cannot be stored (naming its key path), bad metadata.
