@@ -253,3 +253,11 @@ def test_s3_failed_saves_leave_nothing(s3: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         sio.save(url, {"f": object()}, storage_options=s3)
     assert_same(sio.load(url, storage_options=s3), _tree())
+
+
+def test_sharded_save_whose_index_cannot_be_written_leaves_no_piece(tmp_path: Any) -> None:
+    d = tmp_path / "ckpt"
+    os.makedirs(d / "index.json")  # the commit cannot replace a directory
+    with pytest.raises(IsADirectoryError):
+        sio.save_sharded(str(d), _tree())
+    assert os.listdir(d) == ["index.json"]

@@ -228,15 +228,19 @@ def _commit(folder: str, text: bytes, keep: set[str], options: Mapping[str, Any]
     else:
         _storage.write_bytes(_storage.join(folder, INDEX), text, options)
         names = _storage.listdir(folder, options)
-    for old in names:
-        if PIECE.match(old) and old not in keep:
-            try:
-                if _storage.is_url(folder):
-                    _storage.remove(_storage.join(folder, old), options)
-                else:
-                    os.unlink(os.path.join(folder, old))
-            except OSError:
-                pass
+    _discard(folder, [old for old in names if PIECE.match(old) and old not in keep], options)
+
+
+def _discard(folder: str, names: list[str], options: Mapping[str, Any] | None) -> None:
+    """Remove the pieces ``names`` of a save that did not commit (best effort)."""
+    for name in names:
+        try:
+            if _storage.is_url(folder):
+                _storage.remove(_storage.join(folder, name), options)
+            else:
+                os.unlink(os.path.join(folder, name))
+        except OSError:
+            pass
 
 
 def save_sharded(
@@ -337,6 +341,7 @@ def save_sharded(
         try:
             _commit(p, text, set(files.values()), storage_options)
         except OSError as e:
+            _discard(p, list(files.values()), storage_options)  # (no index: nothing committed)
             raise with_path(e, p) from None
     if count > 1:
         from jax.experimental import multihost_utils
