@@ -288,3 +288,66 @@ def _naming(e: OSError, url: str) -> OSError:
     if e.errno is not None:
         return OSError(e.errno, e.strerror or os.strerror(e.errno), url)
     return OSError(f"{url}: {e}")
+
+
+class RemoteStore:
+    """The storage operations a folder of checkpoints needs (list, test, remove, write and read
+    small files) on an fsspec filesystem, for URLs; every listing and test asks the store
+    (caches dropped first), so a long-lived reader sees other processes' writes.  An object
+    store has no atomic rename (``atomic_rename`` is False): what must appear whole is written
+    whole under its final name, and a commit marker written last says it is complete."""
+
+    atomic_rename = False
+
+    def __init__(self, url: str, options: Mapping[str, Any] | None) -> None:
+        got = resolve(url, options)
+        assert got is not None
+        self.fs: Any = got[0]
+        self.options = options
+
+    def _inner(self, path: str) -> str:
+        got = resolve(path, self.options)
+        assert got is not None
+        with contextlib.suppress(Exception):
+            got[0].invalidate_cache(got[1])
+        return str(got[1])
+
+    def join(self, folder: str, name: str) -> str:
+        return join(folder, name)
+
+    def list(self, folder: str) -> list[str]:
+        return listdir(folder, self.options)
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(self._inner(path)))
+
+    def is_file(self, path: str) -> bool:
+        return bool(self.fs.isfile(self._inner(path)))
+
+    def is_dir(self, path: str) -> bool:
+        return bool(self.fs.isdir(self._inner(path)))
+
+    def makedirs(self, path: str) -> None:
+        """Nothing: a prefix exists once an object is written under it."""
+
+    def remove_tree(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(self._inner(path), recursive=True)
+
+    def remove_file(self, path: str) -> None:
+        remove(path, self.options)
+
+    def write_small(self, path: str, data: bytes) -> None:
+        write_bytes(path, data, self.options)
+
+    def read_small(self, path: str, limit: int) -> bytes:
+        """The first ``limit`` bytes of the object ``path``.
+
+        Raises:
+          FileNotFoundError: no such object (naming ``path``).
+        """
+        inner = self._inner(path)
+        try:
+            return bytes(self.fs.cat_file(inner, start=0, end=limit))
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "No such object", path) from None
