@@ -261,3 +261,25 @@ def test_sharded_save_whose_index_cannot_be_written_leaves_no_piece(tmp_path: An
     with pytest.raises(IsADirectoryError):
         sio.save_sharded(str(d), _tree())
     assert os.listdir(d) == ["index.json"]
+
+
+@pytest.mark.parametrize("store", ["memory", "s3"])
+def test_remote_store_operations(s3: dict[str, Any], store: str) -> None:
+    from spruce.io._storage import RemoteStore
+
+    base = f"s3://{BUCKET}/{_prefix()}/run" if store == "s3" else f"memory://{_prefix()}/run"
+    st = RemoteStore(base, s3 if store == "s3" else None)
+    assert st.list(base) == [] and not st.exists(st.join(base, "step_1"))
+    st.makedirs(base)
+    st.write_small(st.join(base, "step_1/checkpoint.safetensors"), b"data")
+    st.write_small(st.join(base, "step_1.commit"), b"{}")
+    assert sorted(st.list(base)) == ["step_1", "step_1.commit"]
+    assert st.is_dir(st.join(base, "step_1")) and not st.is_file(st.join(base, "step_1"))
+    assert st.is_file(st.join(base, "step_1.commit")) and st.read_small(st.join(base, "step_1.commit"), 100) == b"{}"
+    assert st.read_small(st.join(base, "step_1/checkpoint.safetensors"), 2) == b"da"
+    st.remove_file(st.join(base, "step_1.commit"))
+    st.remove_tree(st.join(base, "step_1"))
+    st.remove_tree(st.join(base, "step_9"))  # (missing: nothing to do)
+    assert st.list(base) == [] and not st.exists(st.join(base, "step_1"))
+    with pytest.raises(FileNotFoundError, match=r"nothing\.commit"):
+        st.read_small(st.join(base, "nothing.commit"), 10)
