@@ -153,6 +153,10 @@ def test_inspect_reads_urls(capsys: Any) -> None:
     assert main(["inspect", url]) == 0
     out = capsys.readouterr().out
     assert "model.safetensors" in out and "embed" in out and "5 tensors" in out
+    sio.save_sharded(url[: -len("/model.safetensors")] + "/ckpt", _tree())
+    assert main(["inspect", url[: -len("/model.safetensors")] + "/ckpt"]) == 0
+    out = capsys.readouterr().out
+    assert "(sharded)" in out and "5 tensors" in out
 
 
 # -- a real S3 API (moto) ----------------------------------------------------------------------------

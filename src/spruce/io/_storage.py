@@ -21,7 +21,6 @@ import contextvars
 import errno
 import os
 import re
-import tempfile
 import zlib
 from typing import Any, Callable, Final, Iterator, Mapping
 
@@ -236,6 +235,8 @@ def put(url: str, fill: Callable[[str], None], options: Mapping[str, Any] | None
     got = resolve(url, options)
     assert got is not None
     fs, inner = got
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(prefix=".spruce-", suffix=".tmp")
     os.close(fd)
     try:
