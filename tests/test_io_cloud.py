@@ -8,6 +8,7 @@ spruce is replaced.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -95,8 +96,13 @@ def test_unknown_scheme_is_one_clear_error() -> None:
         lambda: sio.load("nosuchscheme://b/m.safetensors"),
         lambda: sio.read_info("nosuchscheme://b/ckpt"),
     ):
-        with pytest.raises(ValueError, match="URL scheme 'nosuchscheme'"):
+        with pytest.raises(ValueError, match="URL scheme 'nosuchscheme'") as err:
             call()
+        assert "index.json" not in str(err.value)
+    # a scheme fsspec knows, without its backend installed
+    if importlib.util.find_spec("gcsfs") is None:
+        with pytest.raises(ImportError, match=r"gs:// scheme needs .*gcsfs"):
+            sio.load("gs://bucket/m.safetensors")
 
 
 def test_file_urls_are_local_paths(tmp_path: Any) -> None:

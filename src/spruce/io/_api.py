@@ -333,6 +333,7 @@ def read_info(path: PathLike, *, storage_options: Mapping[str, Any] | None = Non
 
 def _read_info(path: PathLike, function: str, storage_options: Mapping[str, Any] | None) -> CheckpointInfo:
     p = _fspath(path, function)
+    _storage.resolve(p, storage_options)  # (a bad URL is named as given)
     with _storage.reading(storage_options), _naming(p):
         parsed = _parse_any(p)
     names = list(parsed.tensors)
@@ -624,6 +625,7 @@ def load(
     cast = _Cast(dtype)
     if cast.like and like is None and shardings is None:
         raise ValueError("load: dtype='like' casts to the dtypes of like's leaves: pass like=")
+    _storage.resolve(p, storage_options)  # (a bad URL is named as given)
     with _storage.reading(storage_options), _naming(p):
         return _load(p, like, strict, rename, shardings, cast, mmap)
 
