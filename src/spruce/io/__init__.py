@@ -52,6 +52,7 @@ from ._api import read_header as read_header
 from ._api import read_info as read_info
 from ._api import read_metadata as read_metadata
 from ._api import save as save
+from ._async import PendingSave as PendingSave
 from ._errors import CheckpointError as CheckpointError
 from ._errors import MismatchError as MismatchError
 from ._sharded import save_sharded as save_sharded
@@ -62,6 +63,7 @@ __all__ = [
     "CheckpointInfo",
     "LoadResult",
     "MismatchError",
+    "PendingSave",
     "StoredNode",
     "TensorInfo",
     "flatten_names",
