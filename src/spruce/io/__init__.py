@@ -55,12 +55,14 @@ from ._api import save as save
 from ._async import PendingSave as PendingSave
 from ._errors import CheckpointError as CheckpointError
 from ._errors import MismatchError as MismatchError
+from ._manager import CheckpointManager as CheckpointManager
 from ._sharded import save_sharded as save_sharded
 from ._structure import StoredNode as StoredNode
 
 __all__ = [
     "CheckpointError",
     "CheckpointInfo",
+    "CheckpointManager",
     "LoadResult",
     "MismatchError",
     "PendingSave",

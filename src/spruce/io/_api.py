@@ -491,7 +491,9 @@ class FileJob(NamedTuple):
     buffers: list[Any]
 
 
-def prepare_file(p: str, tree: Any, metadata: Mapping[str, str] | None, skip_code: bool, host: HostBuffers | None = None) -> FileJob:
+def prepare_file(
+    p: str, tree: Any, metadata: Mapping[str, str] | None, skip_code: bool, host: HostBuffers | None = None
+) -> FileJob:
     """What ``save`` does in the caller: checks, the structure, and with ``host`` the copy of
     every array into host buffers.  ``p`` (its suffix) chooses the format.
 

@@ -187,7 +187,7 @@ class ShardedJob(NamedTuple):
     blocks: list[_Block]
     files: dict[int, str]
     me: int
-    count: int
+    processes: int
     gen: str
     buffers: list[Any]
 
@@ -238,7 +238,7 @@ def prepare(tree: Any, metadata: Mapping[str, str] | None, skip_code: bool, host
 
 
 def _meet(job: ShardedJob, what: str, background: bool) -> None:
-    if job.count == 1:
+    if job.processes == 1:
         return
     name = f"spruce.io.save_sharded:{job.gen}:{what}"
     if background:
