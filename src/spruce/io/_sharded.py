@@ -216,6 +216,10 @@ def prepare(tree: Any, metadata: Mapping[str, str] | None, skip_code: bool, host
 
         words = np.frombuffer(bytes.fromhex(gen), dtype=np.uint32)
         gen = np.asarray(multihost_utils.broadcast_one_to_all(words)).astype(np.uint32).tobytes().hex()
+    jarr = getattr(jax_if_imported(), "Array", None)
+    for name, x in enc.arrays.items():
+        if jarr is not None and isinstance(x, jarr) and x.is_deleted():
+            raise ValueError(f"save_sharded: the array {name!r} cannot be copied to the host: it has been deleted (donated?)")
     blocks = _plan(enc.arrays, me, count)
     taken: list[Any] = []
     if host is not None:
