@@ -103,7 +103,9 @@ def test_destination_appears_only_when_complete(tmp_path: Any, monkeypatch: Any)
 
 
 @pytest.mark.parametrize("module", [_safetensors, _npz])
-def test_failed_save_not_blocking_leaves_nothing_and_reraises_the_same_error(tmp_path: Any, monkeypatch: Any, module: Any) -> None:
+def test_failed_save_not_blocking_leaves_nothing_and_reraises_the_same_error(
+    tmp_path: Any, monkeypatch: Any, module: Any
+) -> None:
     suffix = ".safetensors" if module is _safetensors else ".npz"
     path = str(tmp_path / f"full{suffix}")
     monkeypatch.setattr(module, "write", _Gate(module.write, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))))
@@ -131,7 +133,7 @@ def test_failed_save_not_blocking_keeps_the_old_file(tmp_path: Any, monkeypatch:
 def test_errors_visible_at_call_time_are_raised_by_the_call(tmp_path: Any) -> None:
     with pytest.raises(ValueError, match=r"^save: the leaf at key path \[.f.\] cannot be saved: the function"):
         sio.save(str(tmp_path / "a.safetensors"), {"f": lambda x: x}, blocking=False)
-    with pytest.raises(ValueError, match="must end in .safetensors or .npz"):
+    with pytest.raises(ValueError, match=r"must end in \.safetensors or \.npz"):
         sio.save(str(tmp_path / "a.bin"), _tree(), blocking=False)
     with pytest.raises(IsADirectoryError):
         sio.save(str(tmp_path), _tree(), blocking=False)

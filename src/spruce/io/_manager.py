@@ -195,8 +195,8 @@ class CheckpointManager:
     committed steps only.
 
     Args:
-      directory: a local folder (created if missing; its parent must exist).  A path that is
-        a regular file is an error.
+      directory: a local folder (created if missing, with its parents).  A path that is a
+        regular file is an error.
       keep_last: how many of the newest committed steps to keep (an int >= 1), or None to
         keep every step.
       keep_best: how many of the best committed steps to keep besides (by ``metric``).
