@@ -79,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     for blocking in (True, False):
         mgr = sio.CheckpointManager(os.path.join(folder, f"m{blocking}"), keep_last=2, blocking=blocking)
         steps = iter(range(10**6))
-        timed(f"manager blocking={blocking}", lambda: mgr.save(next(steps), tree), lambda p: mgr.wait())
+        timed(
+            f"manager blocking={blocking}",
+            lambda mgr=mgr, steps=steps: mgr.save(next(steps), tree),  # type: ignore[misc]
+            lambda p, mgr=mgr: mgr.wait(),  # type: ignore[misc]
+        )
         mgr.close()
     timed("host copy (fresh memory)", lambda: [np.array(x) for x in jax.tree.leaves(tree)])
     print(f"tree: {len(jax.tree.leaves(tree))} arrays, {nbytes / 2**20:.0f} MiB, {args.devices} device(s); "
