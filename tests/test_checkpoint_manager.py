@@ -222,6 +222,14 @@ def test_step_order_and_step_in_flight(tmp_path: Any, monkeypatch: Any) -> None:
         assert mgr.steps() == [10, 12, 13]
 
 
+def test_a_leaf_that_cannot_be_saved_is_refused_by_the_call(tmp_path: Any) -> None:
+    with CheckpointManager(str(tmp_path)) as mgr:
+        with pytest.raises(ValueError, match=r"key path \['act'\] cannot be saved: the function"):
+            mgr.save(1, {"w": np.ones(2), "act": lambda x: x})
+        assert os.listdir(tmp_path) == []
+        mgr.save(1, {"w": np.ones(2)})  # step 1 was not taken
+
+
 def test_missing_step_names_the_step_and_the_steps_there_are(tmp_path: Any) -> None:
     with CheckpointManager(str(tmp_path), keep_last=None, blocking=True) as mgr:
         with pytest.raises(FileNotFoundError, match="no committed step to restore"):
@@ -559,3 +567,70 @@ def test_a_sharded_tree_is_a_sharded_step(tmp_path: Any) -> None:
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]
     assert sorted(os.listdir(d)) == ["step_7", "step_7.commit"]
     assert sio.load(os.path.join(d, "step_7"))["b"].tolist() == [1.0] * 8
+
+
+_TWO = textwrap.dedent(
+    """
+    import sys
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    port, pid, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid)
+    import numpy as np
+    from jax.sharding import PartitionSpec as P
+    import spruce.io, spruce.sharding as sh
+    mesh = sh.mesh({"data": 2, "model": 4})
+    rules = sh.Rules([("w", P("data", "model")), ("**", None)])
+    def tree(step):
+        return {"w": np.arange(64, dtype=np.float32).reshape(8, 8) * step, "b": np.full(8, step, np.float32), "step": step}
+    with spruce.io.CheckpointManager(folder, keep_last=1) as mgr:
+        for step in (1, 2):
+            placed = sh.shard(tree(step), mesh, rules)
+            pending = mgr.save(step, placed, metrics={"loss": 1.0 / step})
+            placed["w"].delete()
+        mgr.wait()
+        assert mgr.steps() == [2], mgr.steps()
+        like = sh.shard(tree(0), mesh, rules)
+        back = mgr.restore(like=like)
+        assert back["step"] == 2 and back["w"].sharding == like["w"].sharding
+        for shard in back["w"].addressable_shards:
+            np.testing.assert_array_equal(np.asarray(shard.data), tree(2)["w"][shard.index])
+    print("ok", pid, flush=True)
+    """
+)
+
+
+@pytest.mark.slow  # two processes with JAX: 10-40 s on the shared machine
+def test_two_processes_save_one_step_asynchronously(tmp_path: Any) -> None:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    d = str(tmp_path / "run")
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _TWO, str(port), str(i), d], env=_env(4),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    outputs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=180)
+            outputs.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    for i, (code, out, err) in enumerate(outputs):
+        assert code == 0 and out.endswith(f"ok {i}\n"), f"process {i}:\n{out}\n{err[-3000:]}"
+    assert sorted(os.listdir(d)) == ["step_2", "step_2.commit"]
+    files = sorted(os.listdir(os.path.join(d, "step_2")))
+    assert files[-1] == "index.json" and [f.split("-", 1)[1] for f in files[:-1]] == [
+        "00000-of-00002.safetensors", "00001-of-00002.safetensors"
+    ]
+    with CheckpointManager(d) as mgr:
+        tree = mgr.restore()
+        np.testing.assert_array_equal(tree["w"], np.arange(64, dtype=np.float32).reshape(8, 8) * 2)
+        assert mgr.metrics(2) == {"loss": 0.5}

@@ -394,8 +394,9 @@ class CheckpointManager:
             job = _sharded.prepare(tree, None, False, host)
             tmp = self._path(f".step_{step}.{job.gen}.tmp")
 
-            def commit() -> None:
+            def commit() -> None:  # (process 0, before the last barrier: all see retention done)
                 self._commit(step, tmp, "sharded", values)
+                self._retain()
 
             buffers = job.buffers
 
@@ -419,14 +420,13 @@ class CheckpointManager:
                 except BaseException:
                     self._storage.remove_tree(tmp)
                     raise
+                self._retain()
 
         def work() -> None:
             try:
                 write()
             finally:
                 self._buffers.release(buffers)
-            if self._process() == 0:
-                self._retain()
 
         if self.blocking:
             work()
