@@ -255,3 +255,26 @@ def test_file_job_helpers_are_what_save_uses(tmp_path: Any) -> None:
     assert job.fmt == "npz" and job.meta["k"] == "v" and len(job.buffers) == 1
     _api.write_file(str(tmp_path / "x.npz"), job)
     np.testing.assert_array_equal(sio.load(str(tmp_path / "x.npz"))["a"], np.arange(3))
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".npz"])
+def test_an_asynchronous_file_is_byte_for_byte_the_blocking_one(tmp_path: Any, suffix: str) -> None:
+    import jax.numpy as jnp
+    import ml_dtypes
+
+    tree = {
+        "bf16": np.arange(6, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(2, 3),
+        "bool": np.array([True, False, True]),
+        "big": np.arange(4, dtype=">i4"),  # big-endian: stored little-endian
+        "strided": np.arange(20, dtype=np.int16).reshape(4, 5)[:, ::2],
+        "fortran": np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+        "empty": np.zeros((0, 3), np.float32),
+        "scalar": np.float16(1.5),
+        "jax": jnp.arange(5, dtype=jnp.int8),
+        "c64": np.array([1 + 2j], np.complex64),
+    }
+    a, b = str(tmp_path / f"a{suffix}"), str(tmp_path / f"b{suffix}")
+    sio.save(a, tree)
+    sio.save(b, tree, blocking=False).wait()
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        assert fa.read() == fb.read()
