@@ -340,6 +340,26 @@ def test_steps_reads_the_storage_on_every_call(tmp_path: Any) -> None:
     reader.close()
 
 
+def test_restore_of_the_latest_step_deleted_meanwhile_takes_the_new_latest(tmp_path: Any, monkeypatch: Any) -> None:
+    d = str(tmp_path)
+    writer = CheckpointManager(d, keep_last=1, blocking=True)
+    writer.save(1, {"s": np.int8(1)})
+    reader = CheckpointManager(d)
+    real = reader._load
+
+    def racing(step: int, *args: Any) -> Any:
+        if step == 1:  # another process commits step 2, and its retention deletes step 1
+            writer.save(2, {"s": np.int8(2)})
+        return real(step, *args)
+
+    monkeypatch.setattr(reader, "_load", racing)
+    assert reader.restore() == {"s": np.int8(2)}
+    with pytest.raises(FileNotFoundError, match=r"no committed step 1; committed steps: \[2\]"):
+        reader.restore(1)
+    writer.close()
+    reader.close()
+
+
 def test_leaving_the_context_waits_and_restore_waits_for_its_own_save(tmp_path: Any, monkeypatch: Any) -> None:
     gate = _Gate()
     monkeypatch.setattr(_api, "write_file", gate)
