@@ -278,3 +278,26 @@ def test_an_asynchronous_file_is_byte_for_byte_the_blocking_one(tmp_path: Any, s
     sio.save(b, tree, blocking=False).wait()
     with open(a, "rb") as fa, open(b, "rb") as fb:
         assert fa.read() == fb.read()
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_a_save_in_flight_keeps_no_reference_to_the_callers_arrays(tmp_path: Any, monkeypatch: Any, sharded: bool) -> None:
+    import gc
+    import weakref
+
+    import jax.numpy as jnp
+
+    module, name = (_sharded, "_write_piece") if sharded else (_safetensors, "write")
+    gate = _Gate(getattr(module, name))
+    monkeypatch.setattr(module, name, gate)
+    w = jnp.arange(6, dtype=jnp.float32)
+    ref = weakref.ref(w)
+    path = str(tmp_path / ("d" if sharded else "a.safetensors"))
+    pending = (sio.save_sharded if sharded else sio.save)(path, {"w": w}, blocking=False)
+    assert pending is not None and gate.started.wait(30)
+    del w
+    gc.collect()
+    assert ref() is None  # its device memory can go while the file is written
+    gate.open()
+    pending.wait()
+    np.testing.assert_array_equal(sio.load(path)["w"], np.arange(6, dtype=np.float32))

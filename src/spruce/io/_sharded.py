@@ -238,7 +238,15 @@ def prepare(tree: Any, metadata: Mapping[str, str] | None, skip_code: bool, host
         host.trim()
     writers = sorted({b.process for b in blocks})
     files = {w: f"{gen}-{w:05d}-of-{count:05d}.safetensors" for w in writers}
-    return ShardedJob(meta, enc.arrays, blocks, files, me, count, gen, taken)
+    arrays: Mapping[str, Any] = enc.arrays
+    if host is not None:  # (the job keeps no reference to the caller's arrays: their memory may go)
+        arrays = {name: _Shape(tuple(int(d) for d in x.shape), np.dtype(x.dtype)) for name, x in arrays.items()}
+    return ShardedJob(meta, arrays, blocks, files, me, count, gen, taken)
+
+
+class _Shape(NamedTuple):
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
 
 
 def _meet(job: ShardedJob, what: str, background: bool) -> None:
