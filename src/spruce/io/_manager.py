@@ -16,7 +16,6 @@ Every touch of the storage goes through ``_Local``'s few methods, so that anothe
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import numbers
 import operator
@@ -101,6 +100,10 @@ class _Local:
         manager was the folder's only user when it started (it then held the lock
         exclusively), the condition for deleting leftovers: another live manager (a writer in
         another process) may be writing a step that is not committed yet."""
+        try:
+            import fcntl
+        except ImportError:  # (no flock: never sure to be alone, so leftovers stay)
+            return None, False
         fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -111,10 +114,14 @@ class _Local:
 
     def share(self, handle: Any) -> None:
         """Turn the exclusive hold of ``hold`` into a shared one (after the clean-up)."""
-        fcntl.flock(handle, fcntl.LOCK_SH)
+        if handle is not None:
+            import fcntl
+
+            fcntl.flock(handle, fcntl.LOCK_SH)
 
     def release(self, handle: Any) -> None:
-        os.close(handle)
+        if handle is not None:
+            os.close(handle)
 
 
 def _step_value(step: Any, function: str) -> int:
