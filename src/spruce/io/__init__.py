@@ -7,9 +7,15 @@ rebuilds the tree, ``load(path, like=tree)`` fills a given structure (a Module i
 checks every shape and dtype.  Files from other tools load too: a flat ``{name: tensor}`` file
 nests by its dotted names (``unflatten_names``).
 
-- ``save(path, tree, *, metadata=None, skip_code=False)``
-- ``save_sharded(directory, tree, *, metadata=None, skip_code=False)``: each process writes only its devices'
+- ``save(path, tree, *, metadata=None, skip_code=False, blocking=True)``
+- ``save_sharded(directory, tree, *, metadata=None, skip_code=False, blocking=True)``: each process writes only its devices'
   distinct shards, as plain .safetensors pieces plus one JSON index; atomic as a whole
+- ``PendingSave``: what both return with ``blocking=False``, once the arrays are in host
+  memory (the file is written in a background thread): ``wait(timeout=None)``, ``done()``
+- ``CheckpointManager(directory, *, keep_last=3, keep_best=0, metric=None, mode='min',
+  blocking=False)``: numbered steps saved asynchronously and committed atomically (a commit
+  marker written last), the newest and the best kept; ``save(step, tree, metrics=)``,
+  ``steps()``, ``latest_step()``, ``best_step()``, ``metrics(step)``, ``restore(step=None, ...)``
 - ``load(path, like=None, *, strict=True, rename=None, shardings=None, dtype=None, mmap=True)``
   -> tree, or ``LoadResult`` when ``strict=False``; a file or a sharded directory, placed
   straight onto any mesh with ``shardings=``
@@ -56,16 +62,20 @@ from ._api import read_header as read_header
 from ._api import read_info as read_info
 from ._api import read_metadata as read_metadata
 from ._api import save as save
+from ._async import PendingSave as PendingSave
 from ._errors import CheckpointError as CheckpointError
 from ._errors import MismatchError as MismatchError
+from ._manager import CheckpointManager as CheckpointManager
 from ._sharded import save_sharded as save_sharded
 from ._structure import StoredNode as StoredNode
 
 __all__ = [
     "CheckpointError",
     "CheckpointInfo",
+    "CheckpointManager",
     "LoadResult",
     "MismatchError",
+    "PendingSave",
     "StoredNode",
     "TensorInfo",
     "flatten_names",

@@ -22,6 +22,7 @@ import numpy as np
 
 from .._names import unflatten_names
 from . import _npz, _safetensors, _sharded, _torch
+from ._async import DEFAULT_BUFFERS, HostBuffers, PendingSave, start_transfers
 from ._dtypes import NPZ_NAMES, SAFETENSORS_NAMES, describe
 from ._errors import CheckpointError, MismatchError
 from ._files import (
@@ -357,7 +358,27 @@ def load_flat(path: PathLike) -> dict[str, Any]:
         return {name: _plain(reader.array, spec) for name, spec in _entries(parsed, _doc(parsed)).items()}
 
 
-def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False) -> None:
+@overload
+def save(
+    path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
+    blocking: Literal[True] = True,
+) -> None: ...
+@overload
+def save(
+    path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
+    blocking: Literal[False],
+) -> PendingSave: ...
+@overload
+def save(
+    path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
+    blocking: bool,
+) -> PendingSave | None: ...
+
+
+def save(
+    path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
+    blocking: bool = True,
+) -> PendingSave | None:
     """Write a pytree to a .safetensors or .npz checkpoint, atomically.
 
     Every array leaf becomes one tensor named by its key path in dotted form
@@ -394,6 +415,17 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
     new one.  An existing file keeps its permission bits; a new one gets those ``open()``
     gives (0o666 minus the umask).
 
+    With ``blocking=False`` the call returns a ``PendingSave`` as soon as every array is
+    copied to host memory (jax.Arrays: all device-to-host copies started at once), and the
+    file is written from that copy in a background thread: the caller may donate, delete or
+    overwrite its arrays at once.  Errors visible at call time (a leaf that cannot be
+    stored, a bad suffix, ``path`` a directory or in a missing folder) are raised by the
+    call; errors while writing (a full disk) by ``PendingSave.wait()``.  Extra host memory:
+    the host copy of the arrays, whose buffers are kept after the save and reused by the next
+    asynchronous one (arrays of the same byte sizes; buffers it does not reuse are freed), plus
+    the writer's fixed buffer: the file is written straight from the copy.  With
+    ``blocking=True`` jax.Arrays are read where they are (on the CPU, no copy at all).
+
     Args:
       path: the file (a str, bytes or os.PathLike); its suffix, ``.safetensors`` or ``.npz``,
         chooses the format.
@@ -405,6 +437,8 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
         with ``like=`` takes them from ``like``, and ``load`` without ``like`` raises
         CheckpointError listing them.  False (default): such a leaf is a ValueError.  Data the
         format cannot hold is refused either way.
+      blocking: True (default): return when the file is in place.  False: return a
+        ``PendingSave`` once the data is in host memory, and write in the background.
 
     Raises:
       ValueError: an unknown suffix; a leaf that cannot be stored (its key path is named); two
@@ -412,6 +446,9 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
       OSError: any I/O failure, in both formats, naming ``path``: the folder does not exist or
         cannot be written, ``path`` is a directory (IsADirectoryError), the disk is full
         (errno ENOSPC).  The old file, if any, is left as it was.
+
+    Returns:
+      None, or with ``blocking=False`` a ``PendingSave``.
 
     >>> import os, tempfile, numpy as np
     >>> path = os.path.join(tempfile.mkdtemp(), 'params.safetensors')
@@ -424,6 +461,45 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
     {'w': array([1., 1.]), 'act': <ufunc 'tanh'>}
     """
     p = _fspath(path, "save")
+    if blocking:
+        write_file(p, prepare_file(p, tree, metadata, skip_code))
+        return None
+    target = os.path.realpath(p)
+    if os.path.isdir(target):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory, not a regular file", p)
+    folder = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(errno.ENOENT, f"the folder {folder!r} does not exist", p)
+    job = prepare_file(p, tree, metadata, skip_code, DEFAULT_BUFFERS)
+
+    def work() -> None:
+        try:
+            write_file(p, job)
+        finally:
+            DEFAULT_BUFFERS.release(job.buffers)
+
+    return PendingSave(p, work)
+
+
+class FileJob(NamedTuple):
+    """A single-file save prepared at call time: the format, the arrays (with ``host``: copies
+    in host buffers, listed in ``buffers``) and the metadata."""
+
+    fmt: str
+    arrays: dict[str, Any]
+    meta: dict[str, str]
+    buffers: list[Any]
+
+
+def prepare_file(
+    p: str, tree: Any, metadata: Mapping[str, str] | None, skip_code: bool, host: HostBuffers | None = None
+) -> FileJob:
+    """What ``save`` does in the caller: checks, the structure, and with ``host`` the copy of
+    every array into host buffers.  ``p`` (its suffix) chooses the format.
+
+    Raises:
+      ValueError: as ``save``; an array that cannot be copied to the host (naming it).
+    """
     fmt = _save_format(p)
     meta: dict[str, str] = {}
     if metadata is not None:
@@ -434,10 +510,28 @@ def save(path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None
                 raise ValueError(f"save: metadata keys starting with 'spruce.' are reserved, got {k!r}")
             meta[k] = v
     allowed = SAFETENSORS_NAMES if fmt == "safetensors" else NPZ_NAMES
-    enc = encode_tree(tree, allowed, "." + fmt, skip_code=skip_code)
+    enc = encode_tree(tree, allowed, "." + fmt, keep_jax=host is not None, skip_code=skip_code)
     meta[TREEDEF_KEY] = json.dumps(enc.doc, allow_nan=False, separators=(",", ":"))
-    writer = _safetensors.write if fmt == "safetensors" else _npz.write
-    atomic_write(p, lambda tmp: writer(tmp, enc.arrays, meta, p))
+    arrays: dict[str, Any] = enc.arrays
+    taken: list[Any] = []
+    if host is not None:
+        start_transfers(list(arrays.values()))
+        copies = {}
+        for name, x in arrays.items():
+            try:
+                copies[name] = host.copy(x, taken)
+            except Exception as e:  # a deleted jax.Array, one not on this process, ...
+                host.release(taken)
+                raise ValueError(f"save: the array {name!r} cannot be copied to the host: {e}") from e
+        host.trim()
+        arrays = copies
+    return FileJob(fmt, arrays, meta, taken)
+
+
+def write_file(p: str, job: FileJob) -> None:
+    """Write a prepared save to ``p`` atomically (``atomic_write``)."""
+    writer = _safetensors.write if job.fmt == "safetensors" else _npz.write
+    atomic_write(p, lambda tmp: writer(tmp, job.arrays, job.meta, p))
 
 
 @overload
