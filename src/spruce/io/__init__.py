@@ -54,6 +54,7 @@ from ._api import read_metadata as read_metadata
 from ._api import save as save
 from ._errors import CheckpointError as CheckpointError
 from ._errors import MismatchError as MismatchError
+from ._gguf import read_gguf_metadata as read_gguf_metadata
 from ._sharded import save_sharded as save_sharded
 from ._structure import StoredNode as StoredNode
 
@@ -67,6 +68,7 @@ __all__ = [
     "flatten_names",
     "load",
     "path_name",
+    "read_gguf_metadata",
     "read_header",
     "read_info",
     "read_metadata",

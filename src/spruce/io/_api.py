@@ -21,7 +21,7 @@ from typing import (
 import numpy as np
 
 from .._names import unflatten_names
-from . import _npz, _safetensors, _sharded, _torch
+from . import _gguf, _npz, _safetensors, _sharded, _torch
 from ._dtypes import NPZ_NAMES, SAFETENSORS_NAMES, describe
 from ._errors import CheckpointError, MismatchError
 from ._files import (
@@ -145,6 +145,8 @@ def _parse(p: str) -> Parsed:
         return _safetensors.parse(p)
     with open_regular(p) as f:
         magic = f.read(4)
+    if magic == _gguf.MAGIC or low.endswith(".gguf"):
+        return _gguf.parse(p)
     if magic in (b"PK\x03\x04", b"PK\x05\x06"):
         return _torch.parse(p) if _torch.is_torch_zip(p) else _npz.parse(p)
     if magic[:1] == b"\x80" or low.endswith((".pt", ".pth")):  # a pickle: legacy torch.save
@@ -154,7 +156,7 @@ def _parse(p: str) -> Parsed:
     except CheckpointError as e:  # neither the suffix nor the content says what this file is
         detail = str(e)[len(p) + 2 :] if str(e).startswith(p + ": ") else str(e)
         raise CheckpointError(
-            "not a checkpoint spruce recognises (.safetensors, .npz, a PyTorch .pt/.pth/.bin file, or a "
+            "not a checkpoint spruce recognises (.safetensors, .npz, a PyTorch .pt/.pth/.bin file, a .gguf file, or a "
             f"sharded checkpoint directory); read as safetensors: {detail}",
             p,
         ) from None
@@ -194,6 +196,8 @@ class _Reader:
             )
         if e.offset >= 0:
             return self.mapped.array(e)
+        if _gguf.is_gguf(e):
+            return _gguf.array(self.mapped, e, name, self.parsed.path)
         if self.zip is None:
             self.file = open_same(self.parsed)
             self.zip = zipfile.ZipFile(self.file)
@@ -225,9 +229,8 @@ class _Reader:
 
 
 def _info(e: Entry) -> TensorInfo:
-    dtype = e.final_dtype
     size = shape_size(e.shape)
-    return TensorInfo(describe(dtype), e.shape, size, e.nbytes)
+    return TensorInfo(_gguf.stored_type(e) or describe(e.final_dtype), e.shape, size, e.nbytes)
 
 
 def _doc(parsed: Parsed) -> dict[str, Any] | None:
