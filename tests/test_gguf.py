@@ -350,6 +350,8 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
                     "nests arrays more than 8 deep"),
     "truncated_array": (head(0, 1) + s("k") + struct.pack("<IIQ", ARR, U32, 3) + b"\0" * 4, "claims 3 elements"),
     "bad_utf8_key": (head(0, 1) + s(b"\xff\xfe") + struct.pack("<IB", U8, 1), "metadata key 0 is not valid UTF-8"),
+    "bad_utf8_in_vocab": (head(0, 1) + s("k") + struct.pack("<IIQ", ARR, STR, 2) + s("a") + s(b"\xff"),
+                          r"metadata 'k'\[1\] is not valid UTF-8"),
     "bad_bool": (head(0, 1) + kv("b", U8, 7)[:-5] + struct.pack("<IB", BOOL, 7), "a bool stored as 7"),
     "duplicate_key": (head(0, 2) + kv("k", U8, 1) + kv("k", U8, 2), "the metadata key 'k' appears twice"),
     "alignment_not_power_of_2": (head(0, 1) + kv("general.alignment", U32, 24), "general.alignment is 24"),

@@ -5,7 +5,8 @@
 Face checkpoints) and the tree's structure as JSON in the file's metadata; ``load(path)``
 rebuilds the tree, ``load(path, like=tree)`` fills a given structure (a Module included) and
 checks every shape and dtype.  Files from other tools load too: a flat ``{name: tensor}`` file
-nests by its dotted names (``unflatten_names``).
+nests by its dotted names (``unflatten_names``); PyTorch files and GGUF files (llama.cpp's,
+dequantized to float32) are read without torch or llama.cpp.
 
 - ``save(path, tree, *, metadata=None, skip_code=False)``
 - ``save_sharded(directory, tree, *, metadata=None, skip_code=False)``: each process writes only its devices'
@@ -16,6 +17,7 @@ nests by its dotted names (``unflatten_names``).
 - ``read_header(path)`` -> ``{name: TensorInfo(dtype, shape, size, nbytes)}``, no data read
 - ``read_metadata(path)`` -> the file's str -> str metadata
 - ``read_info(path)`` -> ``CheckpointInfo(format, tensors, metadata)``, both from one read
+- ``read_gguf_metadata(path)`` -> a GGUF file's metadata with its types (ints, floats, strings, lists)
 - ``flatten_names(tree, *, sep='.')`` / ``unflatten_names(flat, *, sep='.')``;
   ``path_name(key_path, sep='.')``, the dotted name of one key path
 - ``StoredNode``: what a Module / dataclass node loads as (without ``like``) when its class

@@ -60,10 +60,12 @@ class TensorInfo(NamedTuple):
     """One tensor of a checkpoint, from its header (no data read).
 
     Attributes:
-      dtype: NumPy's name for the dtype (``'float32'``, ``'int64'``, ``'bfloat16'``).
-      shape: the shape, a tuple of ints.
+      dtype: NumPy's name for the dtype (``'float32'``, ``'int64'``, ``'bfloat16'``); for a GGUF
+        file, the stored GGUF type (``'F32'``, ``'F16'``, ``'Q4_1'``, ``'Q8_0'``: ``load`` gives
+        F16, BF16 and the quantized types as float32).
+      shape: the shape, a tuple of ints (NumPy's order, also for GGUF files).
       size: the number of elements (the product of ``shape``; 1 for shape ``()``).
-      nbytes: the size of the data in bytes.
+      nbytes: the size of the data in bytes (as stored in the file).
     """
 
     dtype: str
@@ -76,8 +78,8 @@ class CheckpointInfo(NamedTuple):
     """What ``read_info`` returns: a checkpoint's header, no data read.
 
     Attributes:
-      format: ``'safetensors'`` or ``'npz'`` (from the suffix, or sniffed from the first bytes
-        for another suffix: the rule ``load`` uses).
+      format: ``'safetensors'``, ``'npz'``, ``'pytorch'``, ``'gguf'`` or ``'sharded'`` (from the
+        suffix, or sniffed from the first bytes for another suffix: the rule ``load`` uses).
       tensors: ``{name: TensorInfo}`` as ``read_header`` gives it.
       metadata: the str -> str metadata as ``read_metadata`` gives it.
     """
@@ -296,7 +298,9 @@ def read_metadata(path: PathLike) -> dict[str, str]:
 
     spruce's own entries start with ``spruce.``: ``spruce.treedef`` holds the tree structure as
     JSON (schema in docs/io.md).  Files written by other tools may have none, or their own
-    (Hugging Face writes ``{'format': 'pt'}``).
+    (Hugging Face writes ``{'format': 'pt'}``).  A GGUF file's typed values are given as text:
+    strings as they are, the others as JSON (``'30'``, ``'false'``, ``'["a", "b"]'``; the
+    values themselves: ``read_gguf_metadata``).
 
     Raises:
       CheckpointError, OSError: as ``read_header``.
@@ -476,7 +480,11 @@ def load(
     PyTorch checkpoint (a ``torch.save`` file: ``.pt``, ``.pth``, ``.bin``) gives its
     pickled structure with NumPy arrays for the tensors, read
     without torch by an unpickler that refuses any global a state dict does not need (the rule
-    of ``torch.load(weights_only=True)``; see docs/io.md).  A file without spruce metadata (a
+    of ``torch.load(weights_only=True)``; see docs/io.md).  A GGUF file (llama.cpp's format:
+    ``.gguf``, or the GGUF magic number) gives its tensors nested by their dotted names, in
+    NumPy's shape order, F16, BF16 and the quantized types (Q4_0 ... Q8_0, the K-quants)
+    dequantized to float32 as ggml does (other GGUF types: CheckpointError naming the tensor;
+    typed metadata: ``read_gguf_metadata``).  A file without spruce metadata (a
     Hugging Face safetensors file, a ``numpy.savez`` archive) is nested by ``unflatten_names``: dicts,
     with lists where the name components are 0, 1, ..., n-1; so is a dict of a PyTorch file whose
     keys are dotted names (a ``state_dict``: ``'0.weight'`` gives ``{'0': {'weight': ...}}``), so
@@ -535,8 +543,8 @@ def load(
     it through the map 5-15 ms, with the pages in the kernel's shared, reclaimable cache.)
 
     Args:
-      path: a .safetensors, .npz or PyTorch (``torch.save``) file (the format is sniffed from
-        the content unless the suffix is .safetensors or .npz); a str, bytes or os.PathLike.
+      path: a .safetensors, .npz, PyTorch (``torch.save``) or GGUF file (the format is sniffed
+        from the content unless the suffix is .safetensors or .npz); a str, bytes or os.PathLike.
       like: optional pytree giving the structure and the expected leaves.
       strict: if True, every leaf of ``like`` must be in the file and every tensor of the file
         must be used (for a file with spruce metadata, without ``like``: used by the stored
