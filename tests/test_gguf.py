@@ -359,7 +359,9 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
     "alignment_string": (head(0, 1) + kv("general.alignment", STR, "32"), "general.alignment is 32, not a power"),
     "n_dims_1000": (head(1, 0) + s("t") + struct.pack("<I", 1000) + b"\0" * 64, "tensor 't' has 1000 dimensions"),
     "dim_over_int64": (one_tensor([2**64 - 1]), "has a dimension of 18446744073709551615"),
-    "dims_product_overflow": (one_tensor([2**62, 2**62, 2**62, 2**62]), "past the end of the 16-byte data section"),
+    "dims_product_overflow": (one_tensor([2**62, 2**62, 2**62, 2**62]), r"dimensions \[4611686018427387904, .* overflows"),
+    "dims_product_huge_beside_a_zero": (one_tensor([0, 2**62, 2**62]), "whose product overflows"),
+    "dims_product_past_the_end": (one_tensor([2**20, 2**20]), "takes 4398046511104 bytes at data offset 0, past the end"),
     "block_not_whole": (one_tensor([33, 1], TYPE_ID["Q4_0"]), "rows of 33 values, not a multiple of its 32-value blocks"),
     "unknown_tensor_type": (one_tensor([4], 99), "tensor 't' has unknown type 99"),
     "removed_tensor_type": (one_tensor([4], 4), "tensor 't' has unknown type 4"),
@@ -388,6 +390,14 @@ def test_hostile_files(case: str, tmp_path: Any) -> None:
     finally:
         tracemalloc.stop()
     assert peak < 2_000_000 + 4 * len(data)  # the declared sizes were never allocated
+
+
+def test_names_that_cannot_nest(tmp_path: Any) -> None:
+    data = gguf_bytes([], [("y", [1], 0, F4[:4]), ("y.b", [1], 0, F4[:4])])
+    path = write(tmp_path / "n.gguf", data)
+    with pytest.raises(CheckpointError, match=r"the tensor names cannot be nested: .*'y.b' needs 'y' to be a subtree"):
+        sio.load(path)
+    assert sio.load(path, rename={"y": "y.a"})["y"]["a"].shape == (1,)
 
 
 def test_overlap_is_found_whatever_the_file_order(tmp_path: Any) -> None:

@@ -656,7 +656,12 @@ def _load_plain(
     entries = _renamed(_entries(parsed, doc), rename)
     # (the names of the file's data: leaves that save left out hold none)
     flat = {target: _plain(array, spec) for target, (_, spec) in entries.items() if not spec.skipped}
-    return unflatten_names(flat), [], []
+    try:
+        return unflatten_names(flat), [], []
+    except ValueError as e:  # names that cannot nest ('a' beside 'a.b'): the file's, or rename's
+        raise CheckpointError(
+            f"the tensor names cannot be nested: {e}; load(path, rename=...) can give them names that nest", parsed.path
+        ) from None
 
 
 def _refuse_skipped(parsed: Parsed, skipped: list[LeafSpec]) -> None:

@@ -49,6 +49,7 @@ MAX_HEADER: Final = 1 << 30  # the header holds a vocabulary, a few MB; its tens
 MAX_NESTING: Final = 8  # arrays of arrays of ...
 MAX_DIMS: Final = 4  # ggml's GGML_MAX_DIMS
 MAX_DIM: Final = (1 << 63) - 1  # ggml's dimensions are int64
+MAX_ELEMENTS: Final = 1 << 56  # any tensor's size in bytes, even of 8-byte values, is an int64 (NumPy needs it)
 DEFAULT_ALIGNMENT: Final = 32
 _TREEDEF_KEY: Final = "spruce.treedef"
 
@@ -268,6 +269,8 @@ def parse_header(f: Any, size: int, path: str) -> Header:
         ne = [c.u64(f"a dimension of tensor {_short(name)}") for _ in range(n_dims)]
         if any(d > MAX_DIM for d in ne):
             raise c.fail(f"tensor {_short(name)} has a dimension of {max(ne)} (more than 2**63 - 1)")
+        if shape_size(tuple(d for d in ne if d)) > MAX_ELEMENTS:  # (zero dims aside: NumPy needs it too)
+            raise c.fail(f"tensor {_short(name)} has dimensions {ne} whose product overflows (more than 2**56 values)")
         type_id = c.u32(f"the type of tensor {_short(name)}")
         kind = KINDS.get(type_id)
         if kind is None:
