@@ -280,6 +280,39 @@ def test_dtype_casts_and_like(every: Any) -> None:
     assert "blk.0.norm" in got.unexpected
 
 
+@pytest.mark.parametrize("mmap", [True, False])
+def test_blocks_as_stored_and_dequantized_as_load_does(every: Any, mmap: bool) -> None:
+    path, tensors = every
+    flat = sio.flatten_names(sio.load(path))
+    blocks = sio.read_gguf_blocks(path, mmap=mmap)
+    assert list(blocks) == list(tensors)
+    for name, (shape, type_name, raw) in tensors.items():
+        kind = KINDS[TYPE_ID[type_name]]
+        b = blocks[name]
+        assert (b.type, b.shape) == (type_name, shape)
+        assert b.blocks.dtype == np.uint8 and b.blocks.shape == (*shape[:-1], shape[-1] // kind.elements, kind.nbytes)
+        assert b.blocks.tobytes() == raw
+        if type_name in CONVERTED or type_name in ("F32", "F64"):
+            got = sio.dequantize_gguf(b.type, b.blocks)
+            assert got.dtype == np.float32
+            np.testing.assert_array_equal(got, flat[name].astype(np.float32), err_msg=name)
+    some = sio.read_gguf_blocks(path, ["blk.1.norm", "q.q6_k.weight"])
+    assert list(some) == ["blk.1.norm", "q.q6_k.weight"]
+    with pytest.raises(CheckpointError, match="no tensor named 'nope' in this GGUF file"):
+        sio.read_gguf_blocks(path, ["nope"])
+
+
+def test_dequantize_gguf_refuses_what_it_cannot_read() -> None:
+    with pytest.raises(ValueError, match="cannot dequantize GGUF type 'IQ2_XXS'"):
+        sio.dequantize_gguf("IQ2_XXS", np.zeros((1, 66), np.uint8))
+    with pytest.raises(ValueError, match="cannot dequantize GGUF type 'Q9'"):
+        sio.dequantize_gguf("Q9", np.zeros((1, 66), np.uint8))
+    with pytest.raises(ValueError, match=r"Q4_1 blocks must be uint8 of shape \(..., n, 20\), not uint8\[2, 18\]"):
+        sio.dequantize_gguf("Q4_1", np.zeros((2, 18), np.uint8))
+    with pytest.raises(ValueError, match=r"not float32\[1, 20\]"):
+        sio.dequantize_gguf("Q4_1", np.zeros((1, 20), np.float32))
+
+
 def test_alignment_and_version_2(tmp_path: Any) -> None:
     raw = np.arange(8, dtype=np.float32).tobytes()
     meta = [("general.alignment", U32, 64)]
@@ -303,6 +336,7 @@ def test_unsupported_type_is_listed_but_not_loaded(tmp_path: Any) -> None:
                                               r"cannot dequantize"):
         sio.load(path)
     assert sio.load(path, rename=lambda n: None if n.startswith("blk") else n)["n"].shape == (1,)
+    assert sio.read_gguf_blocks(path)["blk.3.ffn_up.weight"].blocks.shape == (2, 1, 66)
 
 
 def test_inspect_shows_types_and_sizes(every: Any, capsys: Any) -> None:
@@ -519,6 +553,9 @@ def test_smollm_tensors_equal_the_reference(smollm: str) -> None:
         got = flat[name]
         assert got.dtype == np.float32 and got.shape[1:] == expect.shape[1:], name
         np.testing.assert_array_equal(bits(got[rows]), bits(expect), err_msg=name)
+    emb = sio.read_gguf_blocks(smollm, ["token_embd.weight"])["token_embd.weight"]
+    assert (emb.type, emb.shape, emb.blocks.shape) == ("Q8_0", (49152, 576), (49152, 18, 34))
+    np.testing.assert_array_equal(sio.dequantize_gguf("Q8_0", emb.blocks[:300]), flat["token_embd.weight"][:300])
 
 
 @pytest.mark.slow

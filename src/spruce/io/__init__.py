@@ -17,7 +17,9 @@ dequantized to float32) are read without torch or llama.cpp.
 - ``read_header(path)`` -> ``{name: TensorInfo(dtype, shape, size, nbytes)}``, no data read
 - ``read_metadata(path)`` -> the file's str -> str metadata
 - ``read_info(path)`` -> ``CheckpointInfo(format, tensors, metadata)``, both from one read
-- ``read_gguf_metadata(path)`` -> a GGUF file's metadata with its types (ints, floats, strings, lists)
+- ``read_gguf_metadata(path)`` -> a GGUF file's metadata with its types (ints, floats, strings, lists);
+  ``read_gguf_blocks(path, names=None)`` -> its tensors as stored (quantized blocks), which
+  ``dequantize_gguf(type, blocks)`` turns into float32 as ``load`` does
 - ``flatten_names(tree, *, sep='.')`` / ``unflatten_names(flat, *, sep='.')``;
   ``path_name(key_path, sep='.')``, the dotted name of one key path
 - ``StoredNode``: what a Module / dataclass node loads as (without ``like``) when its class
@@ -56,6 +58,9 @@ from ._api import read_metadata as read_metadata
 from ._api import save as save
 from ._errors import CheckpointError as CheckpointError
 from ._errors import MismatchError as MismatchError
+from ._gguf import GGUFBlocks as GGUFBlocks
+from ._gguf import dequantize_gguf as dequantize_gguf
+from ._gguf import read_gguf_blocks as read_gguf_blocks
 from ._gguf import read_gguf_metadata as read_gguf_metadata
 from ._sharded import save_sharded as save_sharded
 from ._structure import StoredNode as StoredNode
@@ -63,13 +68,16 @@ from ._structure import StoredNode as StoredNode
 __all__ = [
     "CheckpointError",
     "CheckpointInfo",
+    "GGUFBlocks",
     "LoadResult",
     "MismatchError",
     "StoredNode",
     "TensorInfo",
+    "dequantize_gguf",
     "flatten_names",
     "load",
     "path_name",
+    "read_gguf_blocks",
     "read_gguf_metadata",
     "read_header",
     "read_info",

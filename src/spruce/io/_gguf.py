@@ -39,7 +39,7 @@ from typing import Any, Final, NamedTuple
 import numpy as np
 
 from ._errors import CheckpointError
-from ._files import Entry, Parsed, identity, open_regular, shape_size, with_path
+from ._files import Entry, MappedFile, Parsed, identity, open_regular, shape_size, with_path
 from ._gguf_quants import CONVERTED, KINDS, Kind, dequantize
 
 FORMAT: Final = "gguf"
@@ -420,3 +420,109 @@ def read_gguf_metadata(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]
         return read(p)[0].metadata
     except OSError as e:
         raise with_path(e, p) from None
+
+
+class GGUFBlocks(NamedTuple):
+    """One tensor of a GGUF file as stored (``read_gguf_blocks``).
+
+    Attributes:
+      type: the GGUF (ggml) type name: ``'F32'``, ``'F16'``, ``'Q4_1'``, ``'Q8_0'``, ...
+      shape: the shape of its values, NumPy's order (what ``load`` gives).
+      blocks: its bytes, a uint8 array of shape ``(*shape[:-1], shape[-1] // E, B)`` for a type
+        of ``E`` values in ``B``-byte blocks (Q4_1: 32 values in 20 bytes; F32: 1 in 4): one row
+        of blocks per row of values.
+    """
+
+    type: str
+    shape: tuple[int, ...]
+    blocks: np.ndarray[Any, Any]
+
+
+_BY_NAME: Final = {k.name: k for k in KINDS.values()}
+
+
+def read_gguf_blocks(
+    path: str | bytes | os.PathLike[str] | os.PathLike[bytes], names: Any = None, *, mmap: bool = True
+) -> dict[str, GGUFBlocks]:
+    """The tensors of a GGUF file as stored, quantized blocks not dequantized.
+
+    What ``load`` dequantizes, left as bytes: for running on the quantized weights, or for
+    types ``load`` refuses.  ``dequantize_gguf(b.type, b.blocks)`` gives what ``load`` gives.
+
+    Args:
+      path: a GGUF file; a str, bytes or os.PathLike.
+      names: the tensors to read (an iterable of names), or None for all.
+      mmap: True: the arrays are views of the file read whole (at most 64 MiB) or of a
+        copy-on-write memory map, as ``load``'s are; False: each read into memory of its own.
+
+    Returns:
+      ``{name: GGUFBlocks(type, shape, blocks)}`` in file order (the order of ``names`` if given).
+
+    Raises:
+      CheckpointError: not a GGUF file, a header that is truncated, lies or is absurd, or a
+        name the file does not have.
+      OSError: the file cannot be opened or read; the error names the file.
+
+    >>> import os, tempfile, struct, numpy as np
+    >>> def s(t): return struct.pack('<Q', len(t)) + t
+    >>> head = b'GGUF' + struct.pack('<IQQ', 3, 1, 0) + s(b'w') + struct.pack('<IQQIQ', 2, 32, 2, 8, 0)
+    >>> block = np.float16(0.5).tobytes() + np.arange(32, dtype=np.int8).tobytes()  # Q8_0: d, 32 int8
+    >>> path = os.path.join(tempfile.mkdtemp(), 'q.gguf')
+    >>> with open(path, 'wb') as f:
+    ...     _ = f.write(head + bytes(-len(head) % 32) + block * 2)
+    >>> b = read_gguf_blocks(path)['w']
+    >>> b.type, b.shape, b.blocks.shape
+    ('Q8_0', (2, 32), (2, 1, 34))
+    >>> dequantize_gguf(b.type, b.blocks)[1, :4]
+    array([0. , 0.5, 1. , 1.5], dtype=float32)
+    """
+    p = os.fsdecode(path)
+    try:
+        parsed = parse(p)
+        wanted = list(parsed.tensors) if names is None else [str(n) for n in names]
+        missing = [n for n in wanted if n not in parsed.tensors]
+        if missing:
+            raise CheckpointError(f"no tensor named {_short(missing[0])} in this GGUF file", p)
+        mapped = MappedFile(parsed, copy=not mmap)
+        out: dict[str, GGUFBlocks] = {}
+        for name in wanted:
+            e = parsed.tensors[name]
+            st: Stored = e.member
+            raw = mapped.array(raw_entry(st))
+            rows = e.shape[:-1] if e.shape else ()
+            per_row = (e.shape[-1] if e.shape else 1) // st.kind.elements
+            out[name] = GGUFBlocks(st.kind.name, e.shape, raw.reshape(*rows, per_row, st.kind.nbytes))
+        return out
+    except OSError as err:
+        raise with_path(err, p) from None
+
+
+def dequantize_gguf(gguf_type: str, blocks: Any) -> np.ndarray[Any, Any]:
+    """The float32 values of GGUF blocks (``read_gguf_blocks``), as ``load`` computes them.
+
+    Args:
+      gguf_type: the GGUF type name (``'Q4_1'``, ...): F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
+        Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, or the plain F32, F64 (converted to float32 too).
+      blocks: uint8 array-like of shape ``(..., n, B)``: ``n`` blocks of ``B`` bytes per row.
+
+    Returns:
+      A new float32 array of shape ``(..., n * E)`` (``E`` values per block).
+
+    Raises:
+      ValueError: an unknown type or one spruce cannot dequantize; blocks that are not uint8
+        or whose last dimension is not the type's block size.
+    """
+    kind = _BY_NAME.get(gguf_type)
+    if kind is None or (kind.name not in CONVERTED and kind.name not in ("F32", "F64")):
+        raise ValueError(f"dequantize_gguf: cannot dequantize GGUF type {gguf_type!r}")
+    arr = np.asarray(blocks)
+    if arr.dtype != np.uint8 or arr.ndim < 2 or arr.shape[-1] != kind.nbytes:
+        raise ValueError(
+            f"dequantize_gguf: {gguf_type} blocks must be uint8 of shape (..., n, {kind.nbytes}), not "
+            f"{arr.dtype}{list(arr.shape)}"
+        )
+    shape = (*arr.shape[:-2], arr.shape[-2] * kind.elements)
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    if kind.plain is not None and kind.name != "F16":
+        return flat.view(kind.plain).astype(np.float32).reshape(shape)
+    return dequantize(kind, flat).reshape(shape)
