@@ -426,6 +426,20 @@ def test_hostile_files(case: str, tmp_path: Any) -> None:
     assert peak < 2_000_000 + 4 * len(data)  # the declared sizes were never allocated
 
 
+def test_metadata_values_are_bounded_in_all(tmp_path: Any, monkeypatch: Any) -> None:
+    """Each array element becomes a Python object: MAX_VALUES bounds them over all arrays (a
+    file of small elements would otherwise take many times its size in memory)."""
+    monkeypatch.setattr(_gguf, "MAX_VALUES", 1000)
+    one = head(0, 1) + s("k") + struct.pack("<IIQ", ARR, U8, 1001) + b"\0" * 1001
+    with pytest.raises(CheckpointError, match="metadata 'k' takes the metadata past 1000 values"):
+        sio.read_info(write(tmp_path / "a.gguf", one))
+    nested = head(0, 1) + s("k") + struct.pack("<IIQ", ARR, ARR, 2) + (struct.pack("<IQ", STR, 600) + s("x") * 600) * 2
+    with pytest.raises(CheckpointError, match=r"metadata 'k'\[1\] takes the metadata past 1000 values"):
+        sio.read_info(write(tmp_path / "b.gguf", nested))
+    ok = head(0, 1) + s("k") + struct.pack("<IIQ", ARR, ARR, 2) + (struct.pack("<IQ", STR, 499) + s("x") * 499) * 2
+    assert sio.read_gguf_metadata(write(tmp_path / "c.gguf", ok)) == {"k": [["x"] * 499] * 2}
+
+
 def test_names_that_cannot_nest(tmp_path: Any) -> None:
     data = gguf_bytes([], [("y", [1], 0, F4[:4]), ("y.b", [1], 0, F4[:4])])
     path = write(tmp_path / "n.gguf", data)

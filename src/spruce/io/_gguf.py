@@ -16,7 +16,8 @@ count u64 and the elements (arrays of arrays are allowed).
 The file is untrusted input: every count, length, dimension and offset is checked against the
 bytes that remain before it is used (a string or an array cannot claim more bytes than the
 file has, so nothing is allocated beyond the file's size), the header is read at most
-``MAX_HEADER`` bytes, arrays nest at most ``MAX_NESTING`` deep, tensors have at most
+``MAX_HEADER`` bytes, arrays nest at most ``MAX_NESTING`` deep and hold at most ``MAX_VALUES``
+elements in all, tensors have at most
 ``MAX_DIMS`` dimensions, and tensors must lie inside the data section, aligned, without
 overlapping.  Anything else is one CheckpointError naming the file, the key or tensor, and what
 is wrong.
@@ -47,6 +48,9 @@ MAGIC: Final = b"GGUF"
 VERSIONS: Final = (2, 3)
 MAX_HEADER: Final = 1 << 30  # the header holds a vocabulary, a few MB; its tensors are elsewhere
 MAX_NESTING: Final = 8  # arrays of arrays of ...
+# Array elements in all the metadata: each becomes a Python object (tens of bytes), so a file
+# of small elements would otherwise take memory many times its size.
+MAX_VALUES: Final = 1 << 24
 MAX_DIMS: Final = 4  # ggml's GGML_MAX_DIMS
 MAX_DIM: Final = (1 << 63) - 1  # ggml's dimensions are int64
 MAX_ELEMENTS: Final = 1 << 56  # any tensor's size in bytes, even of 8-byte values, is an int64 (NumPy needs it)
@@ -97,6 +101,7 @@ class _Cursor:
         self.buf = bytearray()
         self.pos = 0
         self.limit = min(size, MAX_HEADER)
+        self.values = 0  # array elements so far: each becomes a Python object
 
     def fail(self, msg: str) -> CheckpointError:
         return CheckpointError(f"corrupted GGUF file: {msg}", self.path)
@@ -203,6 +208,9 @@ def _value(c: _Cursor, vtype: int, what: str, depth: int) -> Any:
                 f"{what} claims {n} elements of at least {_MIN_SIZE[etype]} bytes at offset {c.pos}, but "
                 f"{c.size - c.pos} bytes remain in the file"
             )
+        c.values += n
+        if c.values > MAX_VALUES:
+            raise c.fail(f"{what} takes the metadata past {MAX_VALUES} values (a vocabulary has a few hundred thousand)")
         if etype in _NUMPY:
             values: list[Any] = c.array(n, _NUMPY[etype], what).tolist()
             return values
