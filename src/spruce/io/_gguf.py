@@ -27,7 +27,8 @@ Shapes: GGUF lists dimensions innermost first (ggml's ``ne``); spruce gives NumP
 types are ggml's (``_gguf_quants.KINDS``): F32, F64 and the integer types load as they are
 stored (views of the file); F16, BF16 and the quantized types are converted to float32 when
 read (``_gguf_quants.dequantize``); the other quantized types (the IQ and TQ families,
-MXFP4) are listed by ``read_info`` but refused by ``load``, naming the tensor and the type.
+MXFP4, NVFP4, Q1_0) are listed by ``read_info`` but refused by ``load``, naming the tensor and
+the type.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ KINDS: Final[dict[int, Kind]] = {
     6: Kind("Q5_0", 32, 22),
     7: Kind("Q5_1", 32, 24),
     8: Kind("Q8_0", 32, 34),
-    9: Kind("Q8_1", 32, 40),
+    9: Kind("Q8_1", 32, 36),  # float16 d and s (ggml's layout since 2024; float32 before, 40 bytes)
     10: Kind("Q2_K", QK_K, 84),
     11: Kind("Q3_K", QK_K, 110),
     12: Kind("Q4_K", QK_K, 144),
@@ -65,6 +65,8 @@ KINDS: Final[dict[int, Kind]] = {
     34: Kind("TQ1_0", QK_K, 54),
     35: Kind("TQ2_0", QK_K, 66),
     39: Kind("MXFP4", 32, 17),
+    40: Kind("NVFP4", 64, 36),
+    41: Kind("Q1_0", 128, 18),
 }
 
 
