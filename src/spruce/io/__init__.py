@@ -5,7 +5,8 @@
 Face checkpoints) and the tree's structure as JSON in the file's metadata; ``load(path)``
 rebuilds the tree, ``load(path, like=tree)`` fills a given structure (a Module included) and
 checks every shape and dtype.  Files from other tools load too: a flat ``{name: tensor}`` file
-nests by its dotted names (``unflatten_names``).
+nests by its dotted names (``unflatten_names``); PyTorch files and GGUF files (llama.cpp's,
+dequantized to float32) are read without torch or llama.cpp.
 
 - ``save(path, tree, *, metadata=None, skip_code=False, blocking=True)``
 - ``save_sharded(directory, tree, *, metadata=None, skip_code=False, blocking=True)``: each process writes only its devices'
@@ -22,6 +23,9 @@ nests by its dotted names (``unflatten_names``).
 - ``read_header(path)`` -> ``{name: TensorInfo(dtype, shape, size, nbytes)}``, no data read
 - ``read_metadata(path)`` -> the file's str -> str metadata
 - ``read_info(path)`` -> ``CheckpointInfo(format, tensors, metadata)``, both from one read
+- ``read_gguf_metadata(path)`` -> a GGUF file's metadata with its types (ints, floats, strings, lists);
+  ``read_gguf_blocks(path, names=None)`` -> its tensors as stored (quantized blocks), which
+  ``dequantize_gguf(type, blocks)`` turns into float32 as ``load`` does
 - ``flatten_names(tree, *, sep='.')`` / ``unflatten_names(flat, *, sep='.')``;
   ``path_name(key_path, sep='.')``, the dotted name of one key path
 - ``StoredNode``: what a Module / dataclass node loads as (without ``like``) when its class
@@ -65,6 +69,10 @@ from ._api import save as save
 from ._async import PendingSave as PendingSave
 from ._errors import CheckpointError as CheckpointError
 from ._errors import MismatchError as MismatchError
+from ._gguf import GGUFBlocks as GGUFBlocks
+from ._gguf import dequantize_gguf as dequantize_gguf
+from ._gguf import read_gguf_blocks as read_gguf_blocks
+from ._gguf import read_gguf_metadata as read_gguf_metadata
 from ._manager import CheckpointManager as CheckpointManager
 from ._sharded import save_sharded as save_sharded
 from ._structure import StoredNode as StoredNode
@@ -73,14 +81,18 @@ __all__ = [
     "CheckpointError",
     "CheckpointInfo",
     "CheckpointManager",
+    "GGUFBlocks",
     "LoadResult",
     "MismatchError",
     "PendingSave",
     "StoredNode",
     "TensorInfo",
+    "dequantize_gguf",
     "flatten_names",
     "load",
     "path_name",
+    "read_gguf_blocks",
+    "read_gguf_metadata",
     "read_header",
     "read_info",
     "read_metadata",

@@ -21,7 +21,7 @@ from typing import (
 import numpy as np
 
 from .._names import unflatten_names
-from . import _npz, _safetensors, _sharded, _torch
+from . import _gguf, _npz, _safetensors, _sharded, _torch
 from ._async import DEFAULT_BUFFERS, HostBuffers, PendingSave, start_transfers
 from ._dtypes import NPZ_NAMES, SAFETENSORS_NAMES, describe
 from ._errors import CheckpointError, MismatchError
@@ -61,10 +61,12 @@ class TensorInfo(NamedTuple):
     """One tensor of a checkpoint, from its header (no data read).
 
     Attributes:
-      dtype: NumPy's name for the dtype (``'float32'``, ``'int64'``, ``'bfloat16'``).
-      shape: the shape, a tuple of ints.
+      dtype: NumPy's name for the dtype (``'float32'``, ``'int64'``, ``'bfloat16'``); for a GGUF
+        file, the stored GGUF type (``'F32'``, ``'F16'``, ``'Q4_1'``, ``'Q8_0'``: ``load`` gives
+        F16, BF16 and the quantized types as float32).
+      shape: the shape, a tuple of ints (NumPy's order, also for GGUF files).
       size: the number of elements (the product of ``shape``; 1 for shape ``()``).
-      nbytes: the size of the data in bytes.
+      nbytes: the size of the data in bytes (as stored in the file).
     """
 
     dtype: str
@@ -77,8 +79,8 @@ class CheckpointInfo(NamedTuple):
     """What ``read_info`` returns: a checkpoint's header, no data read.
 
     Attributes:
-      format: ``'safetensors'`` or ``'npz'`` (from the suffix, or sniffed from the first bytes
-        for another suffix: the rule ``load`` uses).
+      format: ``'safetensors'``, ``'npz'``, ``'pytorch'``, ``'gguf'`` or ``'sharded'`` (from the
+        suffix, or sniffed from the first bytes for another suffix: the rule ``load`` uses).
       tensors: ``{name: TensorInfo}`` as ``read_header`` gives it.
       metadata: the str -> str metadata as ``read_metadata`` gives it.
     """
@@ -146,6 +148,8 @@ def _parse(p: str) -> Parsed:
         return _safetensors.parse(p)
     with open_regular(p) as f:
         magic = f.read(4)
+    if magic == _gguf.MAGIC or low.endswith(".gguf"):
+        return _gguf.parse(p)
     if magic in (b"PK\x03\x04", b"PK\x05\x06"):
         return _torch.parse(p) if _torch.is_torch_zip(p) else _npz.parse(p)
     if magic[:1] == b"\x80" or low.endswith((".pt", ".pth")):  # a pickle: legacy torch.save
@@ -155,7 +159,7 @@ def _parse(p: str) -> Parsed:
     except CheckpointError as e:  # neither the suffix nor the content says what this file is
         detail = str(e)[len(p) + 2 :] if str(e).startswith(p + ": ") else str(e)
         raise CheckpointError(
-            "not a checkpoint spruce recognises (.safetensors, .npz, a PyTorch .pt/.pth/.bin file, or a "
+            "not a checkpoint spruce recognises (.safetensors, .npz, a PyTorch .pt/.pth/.bin file, a .gguf file, or a "
             f"sharded checkpoint directory); read as safetensors: {detail}",
             p,
         ) from None
@@ -195,6 +199,8 @@ class _Reader:
             )
         if e.offset >= 0:
             return self.mapped.array(e)
+        if _gguf.is_gguf(e):
+            return _gguf.array(self.mapped, e, name, self.parsed.path)
         if self.zip is None:
             self.file = open_same(self.parsed)
             self.zip = zipfile.ZipFile(self.file)
@@ -226,9 +232,8 @@ class _Reader:
 
 
 def _info(e: Entry) -> TensorInfo:
-    dtype = e.final_dtype
     size = shape_size(e.shape)
-    return TensorInfo(describe(dtype), e.shape, size, e.nbytes)
+    return TensorInfo(_gguf.stored_type(e) or describe(e.final_dtype), e.shape, size, e.nbytes)
 
 
 def _doc(parsed: Parsed) -> dict[str, Any] | None:
@@ -294,7 +299,9 @@ def read_metadata(path: PathLike) -> dict[str, str]:
 
     spruce's own entries start with ``spruce.``: ``spruce.treedef`` holds the tree structure as
     JSON (schema in docs/io.md).  Files written by other tools may have none, or their own
-    (Hugging Face writes ``{'format': 'pt'}``).
+    (Hugging Face writes ``{'format': 'pt'}``).  A GGUF file's typed values are given as text:
+    strings as they are, the others as JSON (``'30'``, ``'false'``, ``'["a", "b"]'``; the
+    values themselves: ``read_gguf_metadata``).
 
     Raises:
       CheckpointError, OSError: as ``read_header``.
@@ -567,7 +574,11 @@ def load(
     PyTorch checkpoint (a ``torch.save`` file: ``.pt``, ``.pth``, ``.bin``) gives its
     pickled structure with NumPy arrays for the tensors, read
     without torch by an unpickler that refuses any global a state dict does not need (the rule
-    of ``torch.load(weights_only=True)``; see docs/io.md).  A file without spruce metadata (a
+    of ``torch.load(weights_only=True)``; see docs/io.md).  A GGUF file (llama.cpp's format:
+    ``.gguf``, or the GGUF magic number) gives its tensors nested by their dotted names, in
+    NumPy's shape order, F16, BF16 and the quantized types (Q4_0 ... Q8_0, the K-quants)
+    dequantized to float32 as ggml does (other GGUF types: CheckpointError naming the tensor;
+    typed metadata: ``read_gguf_metadata``).  A file without spruce metadata (a
     Hugging Face safetensors file, a ``numpy.savez`` archive) is nested by ``unflatten_names``: dicts,
     with lists where the name components are 0, 1, ..., n-1; so is a dict of a PyTorch file whose
     keys are dotted names (a ``state_dict``: ``'0.weight'`` gives ``{'0': {'weight': ...}}``), so
@@ -626,8 +637,8 @@ def load(
     it through the map 5-15 ms, with the pages in the kernel's shared, reclaimable cache.)
 
     Args:
-      path: a .safetensors, .npz or PyTorch (``torch.save``) file (the format is sniffed from
-        the content unless the suffix is .safetensors or .npz); a str, bytes or os.PathLike.
+      path: a .safetensors, .npz, PyTorch (``torch.save``) or GGUF file (the format is sniffed
+        from the content unless the suffix is .safetensors or .npz); a str, bytes or os.PathLike.
       like: optional pytree giving the structure and the expected leaves.
       strict: if True, every leaf of ``like`` must be in the file and every tensor of the file
         must be used (for a file with spruce metadata, without ``like``: used by the stored
@@ -739,7 +750,12 @@ def _load_plain(
     entries = _renamed(_entries(parsed, doc), rename)
     # (the names of the file's data: leaves that save left out hold none)
     flat = {target: _plain(array, spec) for target, (_, spec) in entries.items() if not spec.skipped}
-    return unflatten_names(flat), [], []
+    try:
+        return unflatten_names(flat), [], []
+    except ValueError as e:  # names that cannot nest ('a' beside 'a.b'): the file's, or rename's
+        raise CheckpointError(
+            f"the tensor names cannot be nested: {e}; load(path, rename=...) can give them names that nest", parsed.path
+        ) from None
 
 
 def _refuse_skipped(parsed: Parsed, skipped: list[LeafSpec]) -> None:
