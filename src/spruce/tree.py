@@ -28,13 +28,13 @@ Semantics follow jax.tree_util, with these intentional differences (each has a t
 from ._partial import Partial as Partial
 from ._partial import static as static
 from ._tree._folds import reduce as reduce
-from ._tree._kindenum import PyTreeKind as PyTreeKind
 from ._tree._folds import reduce_associative as reduce_associative
 from ._tree._keys import DictKey as DictKey
 from ._tree._keys import FlattenedIndexKey as FlattenedIndexKey
 from ._tree._keys import GetAttrKey as GetAttrKey
 from ._tree._keys import SequenceKey as SequenceKey
 from ._tree._keys import keystr as keystr
+from ._tree._kindenum import PyTreeKind as PyTreeKind
 from ._tree._ops import all as all
 from ._tree._ops import all_leaves as all_leaves
 from ._tree._ops import any as any

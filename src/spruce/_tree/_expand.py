@@ -277,6 +277,16 @@ def match_children(code: int, data: Any, y: Any, none_is_leaf: bool) -> list[Any
         return None
     if kind == NONE:
         return EMPTY if y is None else None
+    if kind == DEFAULTDICT:  # by key too: a structure made under dict_insertion_ordered has its own order
+        if t is defaultdict and len(y) == n and y.default_factory == data.factory:
+            dout: list[Any] = []
+            for k in data.keys:
+                v = y.get(k, _ABSENT)
+                if v is _ABSENT:
+                    return None
+                dout.append(v)
+            return dout
+        return None
     ycode, ydata, ych = expand(y, none_is_leaf)
     if ycode != code:
         return None
@@ -336,7 +346,7 @@ def ns_expand_with_keys(x: Any, none_is_leaf: bool, ns: Namespace) -> tuple[int,
 def ns_match_children(code: int, data: Any, y: Any, none_is_leaf: bool, ns: Namespace) -> list[Any] | None:
     """``match_children`` in a walk of registry view ``ns``."""
     kind = code & MASK
-    if kind == LIST or kind == TUPLE or kind == DICT or kind == NONE:
+    if kind == LIST or kind == TUPLE or kind == DICT or kind == NONE or kind == DEFAULTDICT:
         return match_children(code, data, y, none_is_leaf)
     ycode, ydata, ych = ns_expand(y, none_is_leaf, ns)
     if ycode != code:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 from collections import OrderedDict, defaultdict, deque
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from ._expand import build
 from ._kinds import (
@@ -33,8 +33,8 @@ from ._kinds import (
 from ._nodes import CustomData
 from ._text import qualified_name
 
-if TYPE_CHECKING:
-    from ._treedef import PyTreeDef
+# A PyTreeDef, typed loosely: _treedef imports this module, so it cannot import _treedef.
+PyTreeDef = Any
 
 
 def node_data(code: int, d: Any) -> tuple[Any, Any]:
@@ -94,8 +94,8 @@ def index(i: Any, n: int, what: str) -> int:
 def same_namespace(a: PyTreeDef, b: PyTreeDef, what: str) -> str:
     """The namespace of a structure made of ``a`` and ``b``: the one that is not "" (ValueError
     if both are set and differ, as optree)."""
-    x = a._namespace
-    y = b._namespace
+    x: str = a._namespace
+    y: str = b._namespace
     if x and y and x != y:
         raise ValueError(f"{what}: the PyTreeDefs have different namespaces, {x!r} and {y!r}")
     return x or y
@@ -160,12 +160,20 @@ def walk_optree(
     td: PyTreeDef, items: list[Any], f_node: Callable[..., Any] | None, f_leaf: Callable[[Any], Any] | None
 ) -> Any:
     """optree's PyTreeSpec.walk: ``f_node(node type, node data, children results tuple)``
-    (the node rebuilt from the results when ``f_node`` is None)."""
+    (the node rebuilt from the results when ``f_node`` is None); node data as in ``walk_jax``,
+    except that dict kinds give their keys as a list (as optree's)."""
 
     def on_node(c: int, d: Any, ch: list[Any]) -> Any:
         if f_node is None:
             return build(c, d, ch)
         t, nd = node_data(c, d)
+        kind = c & MASK
+        if kind == NAMEDTUPLE or kind == STRUCTSEQ:
+            nd = d
+        elif kind == ORDEREDDICT:
+            nd = list(d.keys)
+        elif kind == DEFAULTDICT:
+            nd = (d.factory, list(d.keys))
         return f_node(t, nd, tuple(ch))
 
     return fold(td._codes, td._data, items, f_leaf, on_node)
@@ -205,7 +213,9 @@ def transform(
     and each node the structure ``f_node(one-level structure of the node)``, whose leaves are
     then replaced by what the node's children became (children first)."""
     leaf = td._make([LEAF], [], 1)
-    new_leaf = leaf if f_leaf is None else _check_spec(td, f_leaf(leaf), -1, leaf)
+
+    def on_leaf(x: Any) -> Any:
+        return leaf if f_leaf is None else _check_spec(td, f_leaf(leaf), -1, leaf)
 
     def on_node(c: int, d: Any, ch: list[Any]) -> Any:
         k = c >> SHIFT
@@ -229,7 +239,7 @@ def transform(
                 di += 1
         return td._make(codes, data, leaves)
 
-    return fold(td._codes, td._data, [new_leaf] * td._num_leaves, None, on_node)  # type: ignore[no-any-return]
+    return fold(td._codes, td._data, [None] * td._num_leaves, on_leaf, on_node)
 
 
 def span(codes: list[int], i: int, di: int) -> tuple[int, int]:

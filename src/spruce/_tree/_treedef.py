@@ -19,6 +19,7 @@ from ._expand import EMPTY, expand, match_children, ns_expand
 from ._kindenum import PyTreeKind, of_kind
 from ._kinds import (
     CUSTOM,
+    DEFAULTDICT,
     DICT,
     LEAF,
     MASK,
@@ -328,8 +329,8 @@ class PyTreeDef:
             j += 1
             di += 1
             dj += 1
-        if strict:
-            return len(a) != len(b)
+        if strict:  # another structure: more nodes, or a 0-arity node where this has a leaf
+            return len(a) != len(b) or a != b
         return True
 
     def is_suffix_of(self, other: PyTreeDef, strict: bool = False) -> bool:
@@ -543,7 +544,8 @@ class PyTreeDef:
         >>> structure([1, (2, 3)]).transform(None, lambda leaf: structure((0, 0)))
         PyTreeDef([(*, *), ((*, *), (*, *))])
         """
-        return _spec.transform(self, f_node, f_leaf)
+        out: PyTreeDef = _spec.transform(self, f_node, f_leaf)
+        return out
 
     def broadcast_to_common_suffix(self, other: PyTreeDef) -> PyTreeDef:
         """The smallest structure both this one and ``other`` are prefixes of (optree's).
@@ -556,7 +558,8 @@ class PyTreeDef:
         PyTreeDef([(*, *), (*, *)])
         """
         _check_treedef(other, "broadcast_to_common_suffix")
-        return _spec.broadcast_to_common_suffix(self, other)
+        out: PyTreeDef = _spec.broadcast_to_common_suffix(self, other)
+        return out
 
     @property
     def type(self) -> Any:
@@ -651,7 +654,7 @@ def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str, namespace: st
             continue
         d = data[di]
         di += 1
-        if c & MASK == DICT:  # by key: a structure's dict order need not be the tree's
+        if c & MASK == DICT or c & MASK == DEFAULTDICT:  # by key: a structure's order need not be the tree's
             found = match_children(c, d, x, none_is_leaf)
             ycode, ydata, ych = (c, d, found) if found is not None else expand(x, none_is_leaf)
         else:
