@@ -301,7 +301,7 @@ def test_namespace_registration_errors(registered: Any) -> None:
         st.register_pytree_node(list, _box_flatten, _box_unflatten, namespace="ns-a")
     with pytest.raises(ValueError, match="not registered as a pytree node in namespace 'ns-b'"):
         st.unregister(Box, namespace="ns-b")
-    with pytest.raises(TypeError, match="namespace must be a str"):
+    with pytest.raises(TypeError, match="str"):  # (compiled, mypyc's own check of the argument type)
         st.register_pytree_node(Box, _box_flatten, _box_unflatten, namespace=1)  # type: ignore[arg-type]
     # A class registered globally may be registered again in a namespace, which wins there.
     st.register_pytree_node(Global, lambda g: ((g.v, g.v), "twice"), lambda a, c: Global(c[0]), namespace="ns-c")

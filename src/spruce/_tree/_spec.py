@@ -303,9 +303,8 @@ def broadcast_to_common_suffix(a: PyTreeDef, b: PyTreeDef) -> PyTreeDef:
     return out
 
 
-def check_order(td: PyTreeDef, other: object, op: str) -> None:
-    if not isinstance(other, type(td)):
-        raise TypeError(f"'{op}' is not supported between a PyTreeDef and {type(other).__name__}")
+def order_error(other: object, op: str) -> TypeError:
+    return TypeError(f"'{op}' is not supported between a PyTreeDef and {type(other).__name__}")
 
 
 def optree_args(what: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:

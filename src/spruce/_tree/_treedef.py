@@ -513,20 +513,24 @@ class PyTreeDef:
         _spec.same_namespace(self, other, "is_suffix")
         return other.is_prefix_of(self, strict)
 
-    def __lt__(self, other: PyTreeDef) -> bool:
-        _spec.check_order(self, other, "<")
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, PyTreeDef):
+            raise _spec.order_error(other, "<")
         return self.is_prefix(other, strict=True)
 
-    def __le__(self, other: PyTreeDef) -> bool:
-        _spec.check_order(self, other, "<=")
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, PyTreeDef):
+            raise _spec.order_error(other, "<=")
         return self.is_prefix(other)
 
-    def __gt__(self, other: PyTreeDef) -> bool:
-        _spec.check_order(self, other, ">")
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, PyTreeDef):
+            raise _spec.order_error(other, ">")
         return other.is_prefix(self, strict=True)
 
-    def __ge__(self, other: PyTreeDef) -> bool:
-        _spec.check_order(self, other, ">=")
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, PyTreeDef):
+            raise _spec.order_error(other, ">=")
         return other.is_prefix(self)
 
     def transform(
