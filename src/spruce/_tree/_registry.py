@@ -64,7 +64,19 @@ _ns_registry: Final[dict[str, dict[type, NodeInfo]]] = {}
 # dict_insertion_ordered: the namespaces whose walks keep dicts in insertion order, and the
 # same flag for the global namespace (which every namespace inherits).
 _ns_ordered: Final[set[str]] = set()
-GLOBAL_ORDERED: Final[list[bool]] = [False]
+
+
+class _Modes:
+    """Process-wide walk modes read at the start of every walk: a native attribute (compiled,
+    one load of a C bool, no reference counting)."""
+
+    ordered: bool  # dict_insertion_ordered in the global namespace
+
+    def __init__(self) -> None:
+        self.ordered = False
+
+
+MODES: Final = _Modes()
 
 
 class Namespace:
@@ -107,19 +119,19 @@ def view(namespace: str) -> Namespace | None:
     if not namespace:
         if not isinstance(namespace, str):
             raise TypeError(f"the namespace must be a str, got {namespace!r}")
-        if not GLOBAL_ORDERED[0]:
+        if not MODES.ordered:
             return None
         return Namespace("", _EMPTY_NODES, True)
     check_namespace(namespace)
     nodes = _ns_registry.get(namespace)
-    return Namespace(namespace, _EMPTY_NODES if nodes is None else nodes, GLOBAL_ORDERED[0] or namespace in _ns_ordered)
+    return Namespace(namespace, _EMPTY_NODES if nodes is None else nodes, MODES.ordered or namespace in _ns_ordered)
 
 
 def is_dict_insertion_ordered(namespace: str = "", *, inherit_global_namespace: bool = True) -> bool:
     """Whether walks in ``namespace`` keep dicts in insertion order (see dict_insertion_ordered)."""
     check_namespace(namespace)
     if not namespace or inherit_global_namespace:
-        if GLOBAL_ORDERED[0]:
+        if MODES.ordered:
             return True
     return bool(namespace) and namespace in _ns_ordered
 
@@ -127,7 +139,7 @@ def is_dict_insertion_ordered(namespace: str = "", *, inherit_global_namespace: 
 def _set_ordered(mode: bool, namespace: str) -> None:
     with _lock:
         if not namespace:
-            GLOBAL_ORDERED[0] = mode
+            MODES.ordered = mode
         elif mode:
             _ns_ordered.add(namespace)
         else:

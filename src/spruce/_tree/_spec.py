@@ -298,9 +298,7 @@ def broadcast_to_common_suffix(a: PyTreeDef, b: PyTreeDef) -> PyTreeDef:
             j += 1
             di += 1
             dj += 1
-    out = a._make(codes, data, sum(1 for c in codes if c == LEAF))
-    out._namespace = ns
-    return out
+    return type(a)(codes, data, sum(1 for c in codes if c == LEAF), a._none_is_leaf, ns)
 
 
 def order_error(other: object, op: str) -> TypeError:

@@ -26,7 +26,7 @@ from ._kinds import LEAF, LIST, SHIFT, TUPLE
 from ._pure import (
     map1 as pure_map1,  # the uncompiled build's map (never compiled itself)
 )
-from ._registry import GLOBAL_ORDERED, Namespace, view
+from ._registry import MODES, Namespace, view
 from ._treedef import PyTreeDef
 from ._walker import Walker, leaf_path
 
@@ -172,7 +172,7 @@ def flatten(
     >>> treedef
     PyTreeDef({'a': (*,), 'b': [*, None]})
     """
-    if namespace or GLOBAL_ORDERED[0]:
+    if namespace or MODES.ordered:
         return _walk_ns(tree, is_leaf, none_is_leaf, namespace, True)
     leaves: list[Any] = []
     codes: list[int] = []
@@ -215,7 +215,7 @@ def leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False, nam
     >>> leaves([1, {'x': 2, 'w': (3, None)}])
     [1, 3, 2]
     """
-    if namespace or GLOBAL_ORDERED[0]:
+    if namespace or MODES.ordered:
         return _walk_ns(tree, is_leaf, none_is_leaf, namespace, False)[0]
     out: list[Any] = []
     limit = begin_walk()
@@ -374,7 +374,7 @@ def flatten_with_path(
     # Keys of the nodes entered below the root; a leaf's path is built from it only at the
     # leaf, so deep trees cost O(depth) per leaf, never O(depth) per node kept alive.
     kstack: list[Any] = []
-    ns = view(namespace) if namespace or GLOBAL_ORDERED[0] else None
+    ns = view(namespace) if namespace or MODES.ordered else None
     limit = begin_walk()
     try:
         if (is_leaf_takes_path and is_leaf is not None) or ns is not None:
@@ -424,7 +424,7 @@ def map(
     >>> map(lambda x, y: x + y, {'b': 1, 'a': [2, 3]}, {'a': [10, 20], 'b': 30})
     {'b': 31, 'a': [12, 23]}
     """
-    if namespace or GLOBAL_ORDERED[0]:
+    if namespace or MODES.ordered:
         return _map_ns(f, tree, list(rest), is_leaf, False, none_is_leaf, False, namespace, "map")
     try:
         if not rest:
@@ -457,7 +457,7 @@ def map_with_path(
     {'a': ["['a'][0]=1"]}
     """
     path_leaf = is_leaf_takes_path and is_leaf is not None
-    if namespace or GLOBAL_ORDERED[0]:
+    if namespace or MODES.ordered:
         return _map_ns(f, tree, list(rest), is_leaf, path_leaf, none_is_leaf, True, namespace, "map_with_path")
     try:
         return _mapn(f, tree, list(rest), is_leaf, path_leaf, none_is_leaf, True)

@@ -87,6 +87,7 @@ class PyTreeDef:
     _calls_out: bool  # unflatten runs code of the user's (registered or namedtuple nodes); ditto
     _plan: _Plan | None  # how unflatten builds it; made on the second unflatten
     _namespace: str  # the registration namespace it was made in ("" global)
+    _namespaced: bool  # _namespace != ""
 
     def __init__(
         self, codes: list[int], data: list[Any], num_leaves: int, none_is_leaf: bool, namespace: str = ""
@@ -101,6 +102,7 @@ class PyTreeDef:
         self._calls_out = False
         self._plan = None
         self._namespace = namespace
+        self._namespaced = bool(namespace)
 
     def _make(self, codes: list[int], data: list[Any], num_leaves: int) -> PyTreeDef:
         """A structure of the given table with this one's none_is_leaf and namespace."""
@@ -410,9 +412,9 @@ class PyTreeDef:
         # turns that into a RecursionError.
         if not bool(self._data == other._data):
             return False
-        a = self._namespace
-        b = other._namespace
-        return a is b or not a or not b or a == b
+        if self._namespaced and other._namespaced:  # (native bools: no cost when unused)
+            return self._namespace == other._namespace
+        return True
 
     def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)
