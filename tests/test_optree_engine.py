@@ -395,6 +395,23 @@ def test_insertion_ordered_structure_differs_from_sorted() -> None:
     assert ordered.unflatten([1, 2]) == tree and list(ordered.unflatten([1, 2])) == ["b", "a"]
 
 
+def test_pickles_keep_namespace_and_insertion_order(registered: Any) -> None:
+    with st.dict_insertion_ordered(True, namespace=""):
+        ordered = st.structure({"b": 1, "a": OrderedDict([("z", 2), ("y", 3)])})
+    back = pickle.loads(pickle.dumps(ordered))
+    assert back == ordered and repr(back) == repr(ordered)
+    assert repr(ordered).startswith("PyTreeDef({'b': *, 'a': ")
+    assert back != st.structure({"b": 1, "a": OrderedDict([("z", 2), ("y", 3)])})
+    boxed = st.structure([Box(1, 2)], namespace="ns-a")
+    back = pickle.loads(pickle.dumps(boxed))
+    assert back == boxed and back.namespace == "ns-a" and back.unflatten([3, 4]) == [Box(3, 4)]
+    state = st.structure({"b": 1, "a": 2}).__getstate__()
+    bad = (state[0], state[1], (("dict", ("b", "a"), None, None),), state[3])
+    from_state = ordered.__reduce__()[0]
+    with pytest.raises(ValueError, match="dict keys are not in sorted order"):  # (the old format stays strict)
+        from_state(bad)
+
+
 def test_global_walks_unchanged() -> None:
     """With no namespace in use, structures record none and dicts stay sorted."""
     leaves, td = st.flatten({"b": 1, "a": 2})

@@ -33,7 +33,7 @@ from ._registry import view
 from ._spec import node_data as _node_data
 from ._spec import span
 from ._text import short_repr
-from ._treetext import _bad, _decode, _encode, table_str
+from ._treetext import _bad, _decode, encode_table, table_str
 from ._unflatten import _Plan, unflatten_plan, unflatten_steps, unflatten_table
 from ._walker import Walker
 
@@ -449,7 +449,7 @@ class PyTreeDef:
         return (_treedef_from_state, (self.__getstate__(),))
 
     def __getstate__(self) -> Any:
-        state = (_STATE_VERSION, tuple(self._codes), tuple([_encode(d) for d in self._data]), self._none_is_leaf)
+        state = (_STATE_VERSION, tuple(self._codes), encode_table(self._codes, self._data), self._none_is_leaf)
         return state + (self._namespace,) if self._namespace else state
 
     def __copy__(self) -> PyTreeDef:
@@ -718,7 +718,7 @@ def _treedef_from_state(state: Any) -> PyTreeDef:
             raise _bad("a None node in a structure made with none_is_leaf=True")
         if di >= len(data_in):
             raise _bad("fewer node data entries than nodes")
-        data.append(_decode(kind, arity, data_in[di]))
+        data.append(_decode(kind, arity, data_in[di], state[4] if len(state) == 5 else ""))
         di += 1
     if need != 0:
         raise _bad("the node table is truncated")
