@@ -382,6 +382,15 @@ def test_dict_insertion_ordered_matches_optree(tree: Any) -> None:
     assert st.leaves(tree) == optree.tree_leaves(tree)
 
 
+def test_dict_insertion_ordered_as_decorator() -> None:
+    @st.dict_insertion_ordered(True, namespace="ns-r")
+    def flat(tree: Any) -> Any:
+        return st.leaves(tree, namespace="ns-r")
+
+    assert flat({"b": 1, "a": 2}) == [1, 2]
+    assert st.leaves({"b": 1, "a": 2}, namespace="ns-r") == [2, 1]
+
+
 def test_insertion_ordered_structure_differs_from_sorted() -> None:
     tree = {"b": 1, "a": 2}
     with st.dict_insertion_ordered(True, namespace="ns-o"):

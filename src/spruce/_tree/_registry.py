@@ -153,7 +153,7 @@ class dict_insertion_ordered:
     Follows optree.dict_insertion_ordered, except that ``namespace=""`` is the global namespace
     (whose mode every namespace inherits; optree spells it with a private sentinel).
     OrderedDict always keeps its order.  The mode is process-wide, not per thread (as
-    optree's); the previous mode comes back on exit.  A PyTreeDef made inside records the
+    optree's); the previous mode comes back on exit.  Also a decorator.  A PyTreeDef made inside records the
     namespace and its dicts' order: it differs from the sorted one (``==`` is False).
 
     >>> from spruce.tree import flatten
@@ -179,6 +179,15 @@ class dict_insertion_ordered:
 
     def __exit__(self, *exc: object) -> None:
         _set_ordered(self._prev.pop(), self.namespace)
+
+    def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """Used as a decorator (as optree's, a contextlib context manager): ``func`` runs in the mode."""
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return func(*args, **kwargs)
+
+        return run
 
 
 def is_namedtuple_type(t: type) -> bool:
