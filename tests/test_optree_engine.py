@@ -426,3 +426,4 @@ def test_global_walks_unchanged() -> None:
     leaves, td = st.flatten({"b": 1, "a": 2})
     assert leaves == [2, 1] and td.namespace == "" and "namespace" not in repr(td)
     assert pickle.loads(pickle.dumps(td)) == td and len(td.__getstate__()) == 4
+    assert len(st.structure(None)) == 0 and bool(st.structure(None))  # truthy as JAX's, len as optree's

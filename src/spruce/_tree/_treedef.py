@@ -464,6 +464,9 @@ class PyTreeDef:
         """The number of leaves (optree's ``len(treespec)``)."""
         return self._num_leaves
 
+    def __bool__(self) -> bool:  # always true, as JAX's (which has no len): not len() != 0
+        return True
+
     @property
     def namespace(self) -> str:
         """The registration namespace the structure was made in ("" the global one): set when
