@@ -17,8 +17,9 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 # Never compiled: _pure.py, the uncompiled build's own map (recursion shaped for the interpreter),
-# and _folds.py, whose sentinel defaults a compiled function cannot show to inspect.signature.
-INTERPRETED = ("__init__.py", "_pure.py", "_folds.py")
+# _folds.py, whose sentinel defaults a compiled function cannot show to inspect.signature, and
+# _kindenum.py (an enum class).
+INTERPRETED = ("__init__.py", "_pure.py", "_folds.py", "_kindenum.py")
 ENGINE = sorted(str(p) for p in Path("src/spruce/_tree").glob("_*.py") if p.name not in INTERPRETED)
 
 # pip asks for the metadata (setup.py dist_info) before it builds the wheel (setup.py

@@ -10,6 +10,9 @@ Parameters shared by the traversal functions, described once:
   is expanded; a true result makes the object a leaf (as jax.tree_util).
 - ``none_is_leaf`` (keyword-only): if True, None is a leaf; by default it is a node with no
   children (as jax.tree_util; the switch comes from optree).
+- ``namespace`` (keyword-only, optree's): the registration namespace of the walk; classes
+  registered with ``register_*(..., namespace="ns")`` are nodes only in walks called with
+  ``namespace="ns"``.  "" (the default) is the global namespace, the one JAX's registry shares.
 
 Semantics follow jax.tree_util, with these intentional differences (each has a test):
 
@@ -31,6 +34,7 @@ from ._tree._keys import FlattenedIndexKey as FlattenedIndexKey
 from ._tree._keys import GetAttrKey as GetAttrKey
 from ._tree._keys import SequenceKey as SequenceKey
 from ._tree._keys import keystr as keystr
+from ._tree._kindenum import PyTreeKind as PyTreeKind
 from ._tree._ops import all as all
 from ._tree._ops import all_leaves as all_leaves
 from ._tree._ops import any as any
@@ -40,6 +44,8 @@ from ._tree._ops import flatten_one_level_with_path as flatten_one_level_with_pa
 from ._tree._ops import is_leaf as is_leaf
 from ._tree._ops import partition as partition
 from ._tree._ops import transpose as transpose
+from ._tree._registry import dict_insertion_ordered as dict_insertion_ordered
+from ._tree._registry import is_dict_insertion_ordered as is_dict_insertion_ordered
 from ._tree._registry import is_tree_node as is_tree_node
 from ._tree._registry import register_dataclass as register_dataclass
 from ._tree._registry import register_pytree_node as register_pytree_node
@@ -71,15 +77,18 @@ __all__ = [
     "GetAttrKey",
     "Partial",
     "PyTreeDef",
+    "PyTreeKind",
     "SequenceKey",
     "all",
     "all_leaves",
     "any",
     "broadcast",
+    "dict_insertion_ordered",
     "flatten",
     "flatten_one_level",
     "flatten_one_level_with_path",
     "flatten_with_path",
+    "is_dict_insertion_ordered",
     "is_leaf",
     "is_tree_node",
     "iter",
