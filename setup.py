@@ -1,6 +1,6 @@
 """Build hook: compile the pytree engine with mypyc unless SPRUCE_PURE=1.
 
-The engine modules (src/spruce/_tree/_*.py, except _pure.py and _folds.py) are typed Python; mypyc turns
+The engine modules (src/spruce/_tree/_*.py, except _pure.py, _folds.py and _typevars.py) are typed Python; mypyc turns
 them into C extensions.  With SPRUCE_PURE=1 the same files are installed as plain Python instead.
 """
 
@@ -11,8 +11,9 @@ from pathlib import Path
 from setuptools import setup
 
 # Never compiled: _pure.py, the uncompiled build's own map (recursion shaped for the interpreter),
-# and _folds.py, whose sentinel defaults a compiled function cannot show to inspect.signature.
-INTERPRETED = ("__init__.py", "_pure.py", "_folds.py")
+# _folds.py, whose sentinel defaults a compiled function cannot show to inspect.signature, and
+# _typevars.py, whose run-time branch a compiled module would treat as unreachable.
+INTERPRETED = ("__init__.py", "_pure.py", "_folds.py", "_typevars.py")
 ENGINE = sorted(str(p) for p in Path("src/spruce/_tree").glob("_*.py") if p.name not in INTERPRETED)
 
 # pip asks for the metadata (setup.py dist_info) before it builds the wheel (setup.py

@@ -8,7 +8,7 @@ import inspect
 import operator
 import types
 import warnings
-from typing import Any, Callable, dataclass_transform
+from typing import Any, Callable, ClassVar, dataclass_transform
 
 from .. import tree as _tree
 from .._arrays import array_summary, is_array, is_array_like, jax_if_imported
@@ -436,6 +436,9 @@ class Module(metaclass=_ModuleMeta):
     >>> _tree.leaves(a), _tree.structure(a)
     ([2.0, 0.0], PyTreeDef(CustomNode(Affine[('scale', 'shift'), ('name',), ('affine',)], [*, *])))
     """
+
+    # The marker of spruce.typing.PyTreeNode: a checker sees every Module as a pytree node.
+    __spruce_pytree__: ClassVar[bool] = True
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "__orig_class__":

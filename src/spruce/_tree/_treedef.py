@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict, defaultdict, deque
-from typing import Any, Callable, Final, Iterable
+from typing import Any, Callable, Final, Generic, Iterable
 
 from ._depth import begin_walk, end_walk
 from ._errors import changed_size, mismatch_detail, nodes_of, path_of, path_text
@@ -35,6 +35,7 @@ from ._kinds import (
 from ._nodes import CustomData
 from ._text import short_repr
 from ._treetext import _bad, _decode, _encode, table_str
+from ._typevars import S
 from ._unflatten import _Plan, unflatten_plan, unflatten_steps, unflatten_table
 from ._walker import Walker
 
@@ -59,7 +60,7 @@ def _leave(kind: int, a: object, b: object) -> None:
     _active.discard((threading.get_ident() * 4 + kind, id(a), id(b)))
 
 
-class PyTreeDef:
+class PyTreeDef(Generic[S]):
     """The structure of a pytree: everything but the leaves.
 
     Made by ``spruce.tree.flatten`` / ``structure``; immutable, hashable (when all node data is
@@ -70,6 +71,11 @@ class PyTreeDef:
     Two structures are equal when they have the same nodes, node data (dict keys, aux data,
     namedtuple classes, deque maxlen, defaultdict factory) and ``none_is_leaf``.  Dicts compare by
     their sorted keys, so insertion order does not matter; OrderedDict key order does.
+
+    For type checkers it is generic in the type of the tree it was taken from:
+    ``flatten(params)`` gives a ``PyTreeDef[dict[str, Array]]`` whose ``unflatten`` returns a
+    ``dict[str, Array]`` (a bare ``PyTreeDef`` is ``PyTreeDef[Any]``; see ``spruce.typing``).
+    Nothing of it exists at run time: ``S`` is erased (compiled, the class is as fast as without).
     """
 
     _codes: list[int]
@@ -112,7 +118,7 @@ class PyTreeDef:
 
     # -- unflatten / flatten_up_to ---------------------------------------------------------
 
-    def unflatten(self, leaves: Iterable[Any]) -> Any:
+    def unflatten(self, leaves: Iterable[Any]) -> S:
         """Build a pytree of this structure from ``leaves`` (any iterable, in leaf order).
 
         Raises:
@@ -159,12 +165,14 @@ class PyTreeDef:
             # A PyTreeDef is often unflattened once (flatten, change the leaves, unflatten): the
             # first time walks the table; making a plan costs about one more unflatten, and
             # pays off from the second.
-            return unflatten_table(self._codes, self._data, nodes, items)
+            built: S = unflatten_table(self._codes, self._data, nodes, items)  # S: the checker's type
+            return built
         plan = self._plan
         if plan is None:
             plan = unflatten_plan(self._codes, self._data, self._num_leaves)
             self._plan = plan
-        return unflatten_steps(plan, items)
+        built = unflatten_steps(plan, items)
+        return built
 
     def flatten_up_to(self, tree: Any) -> list[Any]:
         """The subtrees of ``tree`` at the leaf positions of this structure, in leaf order.
