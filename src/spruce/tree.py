@@ -61,7 +61,10 @@ if _typing.TYPE_CHECKING:
     # What a type checker sees of the traversal functions (``spruce.typing`` explains the types).
     # At run time the names are bound to the engine's functions themselves (the ``else`` branch):
     # no Python wrapper stands between a call and the compiled code.  ``namespace`` is the
-    # registration namespace every traversal function takes.
+    # registration namespace every traversal function takes.  The overloads without ``is_leaf``
+    # and ``none_is_leaf`` come first and carry the leaf type; those with either give Any (a
+    # subtree may become a leaf).  The ``(*args, **kwargs)`` definitions after each group are the
+    # implementation an overload needs in a .py file; they are never bound.
     from collections.abc import Callable, Iterable, Iterator
     from typing import Any, Literal, TypeVar, overload
 
@@ -94,23 +97,35 @@ if _typing.TYPE_CHECKING:
     def unflatten(treedef: PyTreeDef[_S], leaves: Iterable[Any]) -> _S: ...
     @overload
     def unflatten(treedef: Any, leaves: Iterable[Any]) -> Any: ...  # a jax PyTreeDef
-    def unflatten(*args: Any, **kwargs: Any) -> Any: ...  # the checker's need; never bound
+    def unflatten(*args: Any, **kwargs: Any) -> Any: ...
 
     @overload
     def leaves(
         tree: PyTree[_T], is_leaf: None = None, *, none_is_leaf: Literal[False] = False, namespace: str = ""
     ) -> list[_T]: ...
     @overload
-    def leaves(tree: Any, is_leaf: _IsLeaf | None = None, *, none_is_leaf: bool = False, namespace: str = "") -> list[Any]: ...
-    def leaves(*args: Any, **kwargs: Any) -> Any: ...  # the checker's need; never bound
+    def leaves(
+        tree: Any, is_leaf: _IsLeaf, *, none_is_leaf: bool = False, namespace: str = ""
+    ) -> list[Any]: ...
+    @overload
+    def leaves(
+        tree: Any, is_leaf: _IsLeaf | None = None, *, none_is_leaf: bool, namespace: str = ""
+    ) -> list[Any]: ...
+    def leaves(*args: Any, **kwargs: Any) -> Any: ...  # never bound (see above)
 
     @overload
     def iter(
         tree: PyTree[_T], is_leaf: None = None, *, none_is_leaf: Literal[False] = False, namespace: str = ""
     ) -> Iterator[_T]: ...
     @overload
-    def iter(tree: Any, is_leaf: _IsLeaf | None = None, *, none_is_leaf: bool = False, namespace: str = "") -> Iterator[Any]: ...
-    def iter(*args: Any, **kwargs: Any) -> Any: ...  # the checker's need; never bound
+    def iter(
+        tree: Any, is_leaf: _IsLeaf, *, none_is_leaf: bool = False, namespace: str = ""
+    ) -> Iterator[Any]: ...
+    @overload
+    def iter(
+        tree: Any, is_leaf: _IsLeaf | None = None, *, none_is_leaf: bool, namespace: str = ""
+    ) -> Iterator[Any]: ...
+    def iter(*args: Any, **kwargs: Any) -> Any: ...  # never bound (see above)
 
     @overload
     def leaves_with_path(
@@ -123,18 +138,14 @@ if _typing.TYPE_CHECKING:
     ) -> list[tuple[_KeyPath, _T]]: ...
     @overload
     def leaves_with_path(
-        tree: Any,
-        is_leaf: _IsLeaf | None = None,
-        is_leaf_takes_path: bool = False,
-        *,
-        none_is_leaf: bool = False,
-        namespace: str = "",
+        tree: Any, is_leaf: _IsLeaf, is_leaf_takes_path: bool = False, *, none_is_leaf: bool = False, namespace: str = ""
     ) -> list[tuple[_KeyPath, Any]]: ...
-    def leaves_with_path(*args: Any, **kwargs: Any) -> Any: ...  # the checker's need; never bound
+    @overload
+    def leaves_with_path(
+        tree: Any, is_leaf: _IsLeaf | None = None, is_leaf_takes_path: bool = False, *, none_is_leaf: bool, namespace: str = ""
+    ) -> list[tuple[_KeyPath, Any]]: ...
+    def leaves_with_path(*args: Any, **kwargs: Any) -> Any: ...  # never bound (see above)
 
-    # map: the first overload that fits wins.  Without is_leaf / none_is_leaf: a function that
-    # keeps the leaf type keeps the tree's type (one tree, or two trees with a binary function);
-    # one that changes it gives PyTree[U].  With them, Any (a subtree may become a leaf).
     @overload
     def map(
         f: Callable[[_T], _T], tree: _S, *, is_leaf: None = None, none_is_leaf: Literal[False] = False, namespace: str = ""
@@ -176,14 +187,9 @@ if _typing.TYPE_CHECKING:
     ) -> Any: ...
     @overload
     def map(
-        f: Callable[..., Any],
-        tree: Any,
-        *rest: Any,
-        is_leaf: _IsLeaf | None = None,
-        none_is_leaf: Literal[True],
-        namespace: str = "",
+        f: Callable[..., Any], tree: Any, *rest: Any, is_leaf: _IsLeaf | None = None, none_is_leaf: bool, namespace: str = ""
     ) -> Any: ...
-    def map(*args: Any, **kwargs: Any) -> Any: ...  # the checker's need; never bound
+    def map(*args: Any, **kwargs: Any) -> Any: ...
 
     @overload
     def map_with_path(
@@ -207,15 +213,37 @@ if _typing.TYPE_CHECKING:
     ) -> PyTree[_U]: ...
     @overload
     def map_with_path(
+        f: Callable[..., _U],
+        tree: PyTree[Any],
+        other: PyTree[Any],
+        /,
+        *rest: PyTree[Any],
+        is_leaf: None = None,
+        is_leaf_takes_path: bool = False,
+        none_is_leaf: Literal[False] = False,
+        namespace: str = "",
+    ) -> PyTree[_U]: ...
+    @overload
+    def map_with_path(
+        f: Callable[..., Any],
+        tree: Any,
+        *rest: Any,
+        is_leaf: _IsLeaf,
+        is_leaf_takes_path: bool = False,
+        none_is_leaf: bool = False,
+        namespace: str = "",
+    ) -> Any: ...
+    @overload
+    def map_with_path(
         f: Callable[..., Any],
         tree: Any,
         *rest: Any,
         is_leaf: _IsLeaf | None = None,
         is_leaf_takes_path: bool = False,
-        none_is_leaf: bool = False,
+        none_is_leaf: bool,
         namespace: str = "",
     ) -> Any: ...
-    def map_with_path(*args: Any, **kwargs: Any) -> Any: ...  # the checker's need; never bound
+    def map_with_path(*args: Any, **kwargs: Any) -> Any: ...
 
     @overload
     def reduce(
@@ -240,13 +268,27 @@ if _typing.TYPE_CHECKING:
     def reduce(
         function: Callable[[Any, Any], Any],
         tree: Any,
-        initializer: Any = ...,
-        is_leaf: _IsLeaf | None = None,
+        initializer: Any,
+        is_leaf: _IsLeaf,
         *,
         none_is_leaf: bool = False,
         namespace: str = "",
     ) -> Any: ...
-    def reduce(*args: Any, **kwargs: Any) -> Any: ...  # the checker's need; never bound
+    @overload
+    def reduce(
+        function: Callable[[Any, Any], Any], tree: Any, *, is_leaf: _IsLeaf, none_is_leaf: bool = False, namespace: str = ""
+    ) -> Any: ...
+    @overload
+    def reduce(
+        function: Callable[[Any, Any], Any],
+        tree: Any,
+        initializer: Any = ...,
+        is_leaf: _IsLeaf | None = None,
+        *,
+        none_is_leaf: bool,
+        namespace: str = "",
+    ) -> Any: ...
+    def reduce(*args: Any, **kwargs: Any) -> Any: ...
 
 else:
     from ._tree._folds import reduce as reduce
