@@ -81,7 +81,9 @@ Known limits (of the type system, not of spruce):
 
 The alias is written in Python 3.11 syntax, a ``TypeAlias`` with its recursion in strings.
 All three checkers accept it; the 3.12 ``type`` statement is not 3.11 syntax, and
-``typing_extensions.TypeAliasType`` would make typing_extensions a dependency.
+``typing_extensions.TypeAliasType`` would make typing_extensions a dependency.  At run time
+``PyTree[float]`` is the same union one level deep (``float | Sequence[Any] | Mapping[Any,
+Any] | PyTreeNode | None``), so ``typing.get_type_hints`` evaluates annotations that use it.
 
 >>> from spruce.typing import PyTree, PyTreeNode
 >>> import spruce
@@ -94,7 +96,7 @@ All three checkers accept it; the 3.12 ``type`` statement is not 3.11 syntax, an
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 __all__ = ["PyTree", "PyTreeNode"]
 
@@ -110,5 +112,10 @@ class PyTreeNode(Protocol):
     __spruce_pytree__: ClassVar[bool]
 
 
-PyTree: TypeAlias = T | Sequence["PyTree[T]"] | Mapping[Any, "PyTree[T]"] | PyTreeNode | None
-"""A pytree whose leaves are ``T`` (see the module docstring)."""
+if TYPE_CHECKING:
+    PyTree: TypeAlias = T | Sequence["PyTree[T]"] | Mapping[Any, "PyTree[T]"] | PyTreeNode | None
+    """A pytree whose leaves are ``T`` (see the module docstring)."""
+else:
+    # At run time one level deep: the strings of the recursive form would be evaluated by
+    # typing.get_type_hints in the namespace of the annotated function, where they mean nothing.
+    PyTree = T | Sequence[Any] | Mapping[Any, Any] | PyTreeNode | None
