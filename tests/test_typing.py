@@ -188,3 +188,15 @@ def test_type_parameters_exist_at_run_time() -> None:
     assert typing.get_args(hints["treedef"]) == (dict[str, float],)
     leaves, treedef = spruce.tree.flatten({"a": 1.0})
     assert treedef.unflatten(leaves) == {"a": 1.0}
+
+
+def test_shape_strings_in_field_annotations_are_kept_and_not_checked() -> None:
+    # A jaxtyping-style annotation is kept as written and never evaluated: the names in it need
+    # not even exist (no jaxtyping here), and a value of another shape is accepted.
+    class Linear(spruce.Module):
+        weight: Float[Array, 'out in']  # noqa: F821, F722
+        bias: Float[Array, ' out'] | None = None  # noqa: F821, F722
+
+    layer = Linear(weight=[[1.0, 2.0]])
+    assert Linear.__annotations__["weight"] == "Float[Array, 'out in']"
+    assert spruce.tree.leaves(layer) == [1.0, 2.0]

@@ -68,7 +68,7 @@ if _typing.TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
     from typing import Any, Literal, TypeVar, overload
 
-    from .typing import PyTree
+    from .typing import PyTree, PyTreeNode
 
     _T = TypeVar("_T")
     _U = TypeVar("_U")
@@ -99,6 +99,12 @@ if _typing.TYPE_CHECKING:
     def unflatten(treedef: Any, leaves: Iterable[Any]) -> Any: ...  # a jax PyTreeDef
     def unflatten(*args: Any, **kwargs: Any) -> Any: ...
 
+    # A Module (a PyTreeNode) at the root: its leaf types are not visible to a checker (without
+    # this overload the Module itself would be taken for the leaf type).
+    @overload
+    def leaves(
+        tree: PyTreeNode, is_leaf: None = None, *, none_is_leaf: Literal[False] = False, namespace: str = ""
+    ) -> list[Any]: ...
     @overload
     def leaves(
         tree: PyTree[_T], is_leaf: None = None, *, none_is_leaf: Literal[False] = False, namespace: str = ""
@@ -115,6 +121,10 @@ if _typing.TYPE_CHECKING:
 
     @overload
     def iter(
+        tree: PyTreeNode, is_leaf: None = None, *, none_is_leaf: Literal[False] = False, namespace: str = ""
+    ) -> Iterator[Any]: ...
+    @overload
+    def iter(
         tree: PyTree[_T], is_leaf: None = None, *, none_is_leaf: Literal[False] = False, namespace: str = ""
     ) -> Iterator[_T]: ...
     @overload
@@ -127,6 +137,15 @@ if _typing.TYPE_CHECKING:
     ) -> Iterator[Any]: ...
     def iter(*args: Any, **kwargs: Any) -> Any: ...  # never bound (see above)
 
+    @overload
+    def leaves_with_path(
+        tree: PyTreeNode,
+        is_leaf: None = None,
+        is_leaf_takes_path: bool = False,
+        *,
+        none_is_leaf: Literal[False] = False,
+        namespace: str = "",
+    ) -> list[tuple[_KeyPath, Any]]: ...
     @overload
     def leaves_with_path(
         tree: PyTree[_T],
@@ -150,6 +169,15 @@ if _typing.TYPE_CHECKING:
     def map(
         f: Callable[[_T], _T], tree: _S, *, is_leaf: None = None, none_is_leaf: Literal[False] = False, namespace: str = ""
     ) -> _S: ...
+    @overload
+    def map(
+        f: Callable[[Any], _U],
+        tree: PyTreeNode,
+        *,
+        is_leaf: None = None,
+        none_is_leaf: Literal[False] = False,
+        namespace: str = "",
+    ) -> PyTree[_U]: ...
     @overload
     def map(
         f: Callable[[_T], _U],
@@ -203,6 +231,16 @@ if _typing.TYPE_CHECKING:
     ) -> _S: ...
     @overload
     def map_with_path(
+        f: Callable[[_KeyPath, Any], _U],
+        tree: PyTreeNode,
+        *,
+        is_leaf: None = None,
+        is_leaf_takes_path: bool = False,
+        none_is_leaf: Literal[False] = False,
+        namespace: str = "",
+    ) -> PyTree[_U]: ...
+    @overload
+    def map_with_path(
         f: Callable[[_KeyPath, _T], _U],
         tree: PyTree[_T],
         *,
@@ -245,6 +283,25 @@ if _typing.TYPE_CHECKING:
     ) -> Any: ...
     def map_with_path(*args: Any, **kwargs: Any) -> Any: ...
 
+    @overload
+    def reduce(
+        function: Callable[[_T, _T], _T],
+        tree: PyTreeNode,
+        *,
+        is_leaf: None = None,
+        none_is_leaf: Literal[False] = False,
+        namespace: str = "",
+    ) -> _T: ...
+    @overload
+    def reduce(
+        function: Callable[[_U, Any], _U],
+        tree: PyTreeNode,
+        initializer: _U,
+        is_leaf: None = None,
+        *,
+        none_is_leaf: Literal[False] = False,
+        namespace: str = "",
+    ) -> _U: ...
     @overload
     def reduce(
         function: Callable[[_T, _T], _T],

@@ -46,38 +46,51 @@ is checked, and spruce does not import jaxtyping.  To have shapes checked at run
 jaxtyping's own ``jaxtyped`` decorator on the functions concerned.  A checker reads
 ``Float[Array, ...]`` as jaxtyping declares it for checkers (``Array`` itself).
 
-Checked with mypy, basedpyright and pyrefly (``tests/typing``; pinned versions in the
-Makefile):
+Checked with mypy 2.4.1, basedpyright 1.40.2 and pyrefly 1.5.0 (``tests/typing``; the versions
+are pinned in the Makefile).  "yes": the checker gives the type or the error described.
 
-========================================================  =====  ===========  =======
-what                                                      mypy   basedpyright pyrefly
-========================================================  =====  ===========  =======
-``dict[str, Array]`` / nested lists, tuples as PyTree      yes    yes          yes
-``leaves(params)`` is ``list[Array]``                      yes    yes          yes
-wrong leaf type (``PyTree[Array]`` given ints) rejected    yes    yes          yes
-a set (not a tree) as ``PyTree[Array]`` rejected           yes    yes          yes
-``map(typed_f, tree)`` keeps the tree's type               yes    yes          yes
-``map(lambda x: x * lr, params)`` keeps the type           Any    yes          Any
-``map(f_to_U, tree)`` is ``PyTree[U]``                     yes    yes          yes
-flatten / unflatten round trip keeps the type              yes    yes          yes
-Module: wrong field type, assignment to ``Final`` field    yes    yes          yes
-========================================================  =====  ===========  =======
+=============================================================  ====  ============  =======
+what                                                           mypy  basedpyright  pyrefly
+=============================================================  ====  ============  =======
+``dict[str, Array]``, nested lists / tuples / None, Modules     yes   yes           yes
+are ``PyTree[Array]``
+``leaves(params)`` is ``list[Array]``; ``leaves(module)``       yes   yes           yes
+``list[Any]``
+wrong leaf type (ints given as ``PyTree[Array]``) rejected      yes   yes           yes
+a set, an object, a function as ``PyTree[Array]`` rejected      yes   yes           yes
+``map(f, tree)`` with ``f: Array -> Array`` keeps the type      yes   yes           yes
+``map(step, params, grads)`` (binary ``f``) keeps the type      yes   yes           yes
+``map(lambda x: x * lr, params)`` is ``dict[str, Array]``       Any   yes           Any
+``map(f, tree)`` with ``f: Array -> float`` is                  yes   yes           yes
+``PyTree[float]``; with ``f`` not taking the leaf: rejected
+flatten / structure / unflatten round trip keeps the type       yes   yes           yes
+Module: wrong field type, missing field rejected                yes   yes           yes
+Module: assignment to a ``Final`` field rejected                yes   yes           yes
+=============================================================  ====  ============  =======
 
 "Any": with overloads, mypy and pyrefly cannot choose between "keeps the leaf type" and
 "changes it" for an unannotated lambda and give ``Any`` (no false error; annotate the
 function, or the variable, to get the type).
 
-Known limits (of the type system, not of spruce):
+Known limits (of today's type system and checkers, not of spruce):
 
 - a ``str`` is a ``Sequence[str]``, and so a ``PyTree[T]`` for every ``T`` to mypy (whose
   recursive check accepts it); bytes are a ``Sequence[int]``.  At run time both are leaves;
 - no higher-kinded types: "the same tree with leaves of type ``U``" cannot be written, so a
   function that changes the leaf type returns ``PyTree[U]``, not ``dict[str, U]``;
 - the "keeps the type" overload of ``map`` takes its leaf type from ``f`` alone: a tree whose
-  leaves are not what ``f`` takes is not rejected there (no intersection types);
+  leaves are not what ``f`` takes is not rejected there (that needs an intersection type);
+- basedpyright gives an unannotated lambda's parameter no type in that overload, so
+  ``map(lambda x: x.sum(), params)`` is typed ``dict[str, Array]`` there (annotate the lambda's
+  result variable, or use a ``def``);
+- mypy infers the leaf type of an argument that is itself typed ``PyTree[X]`` (or holds
+  ``tuple[Any, ...]``) as a union with the node types, and may reject it: annotate the result
+  (``arrays: list[Array] = leaves(tree)``) and mypy takes the leaf type from it;
+- a Module's own leaf types are not visible: ``leaves(module)`` is ``list[Any]``, and in a
+  container of Modules (``[linear, linear]``) the Module type is taken for the leaf type;
 - a tuple is a ``Sequence`` of one leaf type: ``(Array, int)`` is a ``PyTree[Array | int]``;
-- a class registered only with ``jax.tree_util`` or by a call the checker does not follow is a
-  leaf to a checker unless it declares ``__spruce_pytree__``.
+- a class registered by a call the checker does not follow, or only with ``jax.tree_util``,
+  is a leaf to a checker unless it declares ``__spruce_pytree__``.
 
 The alias is written in Python 3.11 syntax, a ``TypeAlias`` with its recursion in strings.
 All three checkers accept it; the 3.12 ``type`` statement is not 3.11 syntax, and

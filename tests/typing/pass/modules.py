@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Final, assert_type
+from typing import Any, ClassVar, Final, assert_type
 
 import spruce
 import spruce.tree as st
@@ -40,6 +40,10 @@ def scale(x: Array) -> Array:
     return x * 2.0
 
 
+def norm(x: Array) -> float:
+    return 1.0
+
+
 a = Array()
 linear = Linear(weight=a, bias=None)
 frozen = Frozen(a)
@@ -50,3 +54,7 @@ assert_type(st.map(scale, {"a": linear, "b": linear}), dict[str, Linear])
 point: PyTree[float] = Point(1.0, 2.0)
 leaves, treedef = st.flatten(linear)
 assert_type(treedef.unflatten(leaves), Linear)
+# A Module's leaf types are not visible to a checker: Any, not the Module itself.
+assert_type(st.leaves(linear), list[Any])
+assert_type(st.map(norm, linear), PyTree[float])
+assert_type(st.reduce(lambda acc, x: acc + norm(x), linear, 0.0), float)
