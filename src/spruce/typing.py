@@ -44,29 +44,29 @@ spruce keeps the annotation as written (``__annotations__``; with ``from __futur
 annotations`` it is never evaluated) and does nothing with it at run time: no shape or dtype
 is checked, and spruce does not import jaxtyping.  To have shapes checked at run time, use
 jaxtyping's own ``jaxtyped`` decorator on the functions concerned.  A checker reads
-``Float[Array, ...]`` as jaxtyping declares it for checkers (``Array`` itself).
+``Float[Array, "out in"]`` as jaxtyping declares it for checkers, ``Annotated[Array, "out
+in"]``: an ``Array``, so such a field is checked as an ``Array`` field.
 
 Checked with mypy 2.4.1, basedpyright 1.40.2 and pyrefly 1.5.0 (``tests/typing``; the versions
 are pinned in the Makefile).  "yes": the checker gives the type or the error described.
 
-=============================================================  ====  ============  =======
-what                                                           mypy  basedpyright  pyrefly
-=============================================================  ====  ============  =======
-``dict[str, Array]``, nested lists / tuples / None, Modules     yes   yes           yes
-are ``PyTree[Array]``
-``leaves(params)`` is ``list[Array]``; ``leaves(module)``       yes   yes           yes
-``list[Any]``
-wrong leaf type (ints given as ``PyTree[Array]``) rejected      yes   yes           yes
-a set, an object, a function as ``PyTree[Array]`` rejected      yes   yes           yes
-``map(f, tree)`` with ``f: Array -> Array`` keeps the type      yes   yes           yes
-``map(step, params, grads)`` (binary ``f``) keeps the type      yes   yes           yes
-``map(lambda x: x * lr, params)`` is ``dict[str, Array]``       Any   yes           Any
-``map(f, tree)`` with ``f: Array -> float`` is                  yes   yes           yes
-``PyTree[float]``; with ``f`` not taking the leaf: rejected
-flatten / structure / unflatten round trip keeps the type       yes   yes           yes
-Module: wrong field type, missing field rejected                yes   yes           yes
-Module: assignment to a ``Final`` field rejected                yes   yes           yes
-=============================================================  ====  ============  =======
+========================================================  ====  ============  =======
+what                                                      mypy  basedpyright  pyrefly
+========================================================  ====  ============  =======
+dicts, lists, tuples, None, Modules as ``PyTree[Array]``  yes   yes           yes
+``leaves(params)`` is ``list[Array]``                     yes   yes           yes
+``leaves(module)`` is ``list[Any]``                       yes   yes           yes
+ints given as a ``PyTree[Array]``: rejected               yes   yes           yes
+a set, object, function as ``PyTree[Array]``: rejected    yes   yes           yes
+``map(f, tree)``, ``f: Array -> Array``: tree's type      yes   yes           yes
+``map(step, params, grads)``: ``params``' type            yes   yes           yes
+``map(lambda x: x * lr, params)``: ``dict[str, Array]``   Any   yes           Any
+``map(f, tree)``, ``f: Array -> float``: PyTree[float]    yes   yes           yes
+``map(f, ints)``, ``f: Array -> float``: rejected         yes   yes           yes
+flatten / unflatten round trip keeps the type             yes   yes           yes
+Module: wrong field type or missing field: rejected       yes   yes           yes
+Module: assignment to a ``Final`` field: rejected         yes   yes           yes
+========================================================  ====  ============  =======
 
 "Any": with overloads, mypy and pyrefly cannot choose between "keeps the leaf type" and
 "changes it" for an unannotated lambda and give ``Any`` (no false error; annotate the
