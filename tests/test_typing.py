@@ -200,3 +200,24 @@ def test_shape_strings_in_field_annotations_are_kept_and_not_checked() -> None:
     layer = Linear(weight=[[1.0, 2.0]])
     assert Linear.__annotations__["weight"] == "Float[Array, 'out in']"
     assert spruce.tree.leaves(layer) == [1.0, 2.0]
+
+
+def test_final_fields_are_ordinary_fields_at_run_time() -> None:
+    # Final[...] is how a field is frozen for checkers (spruce.typing); at run time it is a field
+    # like any other: set by __init__ (generated or hand-written), a child, frozen afterwards.
+    import dataclasses
+    from typing import Final
+
+    class Auto(spruce.Module):
+        weight: Final[float]
+
+    class Hand(spruce.Module):
+        weight: Final[float]
+
+        def __init__(self, weight: float) -> None:
+            self.weight = weight
+
+    for module in (Auto(weight=2.0), Hand(2.0)):
+        assert spruce.tree.leaves(module) == [2.0]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            module.weight = 3.0  # type: ignore[misc]
