@@ -134,7 +134,7 @@ def _register(info: NodeInfo) -> None:
         _cache.clear()
         LEAF_TYPES.clear()
         _version[0] += 1
-    _mark(t)
+        _mark(t)
     hook = ON_REGISTER[0]
     if hook is not None:
         hook(t)
@@ -207,7 +207,7 @@ def unregister(nodetype: type) -> type:
         _cache.clear()
         LEAF_TYPES.clear()
         _version[0] += 1
-    _unmark(nodetype)
+        _unmark(nodetype)
     return nodetype
 
 
