@@ -1,6 +1,7 @@
 """Build hook: compile the pytree engine with mypyc unless SPRUCE_PURE=1.
 
-The engine modules (src/spruce/_tree/_*.py, except _pure.py and _folds.py) are typed Python; mypyc turns
+The engine modules (src/spruce/_tree/_*.py, except _pure.py, _folds.py,
+_kindenum.py and _typevars.py) are typed Python; mypyc turns
 them into C extensions.  With SPRUCE_PURE=1 the same files are installed as plain Python instead
 (the py3-none-any wheel).  When the C compiler fails (none installed, CC=/bin/false, missing
 Python headers), the build falls back to that pure-Python build with a one-line warning instead of
@@ -18,8 +19,8 @@ from setuptools.command.build_ext import build_ext
 
 # Never compiled: _pure.py, the uncompiled build's own map (recursion shaped for the interpreter),
 # _folds.py, whose sentinel defaults a compiled function cannot show to inspect.signature, and
-# _kindenum.py (an enum class).
-INTERPRETED = ("__init__.py", "_pure.py", "_folds.py", "_kindenum.py")
+# _kindenum.py (an enum class); _typevars.py, whose run-time branch a compiled module would treat as unreachable.
+INTERPRETED = ("__init__.py", "_pure.py", "_folds.py", "_kindenum.py", "_typevars.py")
 ENGINE = sorted(str(p) for p in Path("src/spruce/_tree").glob("_*.py") if p.name not in INTERPRETED)
 
 # pip asks for the metadata (setup.py dist_info) before it builds the wheel (setup.py

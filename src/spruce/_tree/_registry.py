@@ -283,9 +283,34 @@ def _register(info: NodeInfo, namespace: str = "") -> None:
         _cache.clear()
         LEAF_TYPES.clear()
         _version[0] += 1
+        _mark(t)
     hook = ON_REGISTER[0]
     if hook is not None:
         hook(t)
+
+
+# Classes that registration gave the class attribute ``__spruce_pytree__`` (the marker of
+# ``spruce.typing.PyTreeNode``), so that unregister takes away only what it set.
+_marked: Final[set[type]] = set()
+
+
+def _mark(t: type) -> None:
+    if "__spruce_pytree__" in t.__dict__:
+        return  # declared by the class itself (Module does)
+    try:
+        setattr(t, "__spruce_pytree__", True)  # noqa: B010  (a dunder name read by checkers)
+    except (TypeError, AttributeError):
+        return  # a built-in or extension type: its dict is read-only
+    _marked.add(t)
+
+
+def _unmark(t: type) -> None:
+    if t in _marked:
+        _marked.discard(t)
+        try:
+            delattr(t, "__spruce_pytree__")
+        except (TypeError, AttributeError):
+            pass
 
 
 def invalidate() -> None:
@@ -353,6 +378,7 @@ def unregister(nodetype: type, *, namespace: str = "") -> type:
         _cache.clear()
         LEAF_TYPES.clear()
         _version[0] += 1
+        _unmark(nodetype)
     return nodetype
 
 

@@ -10,30 +10,20 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Callable, Final, Iterable
+from typing import Any, Callable, Final, Generic, Iterable
 
 from . import _spec
 from ._depth import begin_walk, end_walk
 from ._errors import changed_size, mismatch_detail, nodes_of, path_of, path_text
 from ._expand import EMPTY, expand, match_children, ns_expand
 from ._kindenum import PyTreeKind, of_kind
-from ._kinds import (
-    CUSTOM,
-    DEFAULTDICT,
-    DICT,
-    LEAF,
-    MASK,
-    NAMEDTUPLE,
-    NONE,
-    NUM_KINDS,
-    SHIFT,
-    TUPLE,
-)
+from ._kinds import CUSTOM, DEFAULTDICT, DICT, LEAF, MASK, NAMEDTUPLE, NONE, NUM_KINDS, SHIFT, TUPLE
 from ._registry import view
 from ._spec import node_data as _node_data
 from ._spec import span
 from ._text import short_repr
 from ._treetext import _bad, _decode, encode_table, table_str
+from ._typevars import S
 from ._unflatten import _Plan, unflatten_plan, unflatten_steps, unflatten_table
 from ._walker import Walker
 
@@ -58,7 +48,7 @@ def _leave(kind: int, a: object, b: object) -> None:
     _active.discard((threading.get_ident() * 4 + kind, id(a), id(b)))
 
 
-class PyTreeDef:
+class PyTreeDef(Generic[S]):
     """The structure of a pytree: everything but the leaves.
 
     Made by ``spruce.tree.flatten`` / ``structure``; immutable, hashable (when all node data is
@@ -73,8 +63,9 @@ class PyTreeDef:
     OrderedDict key order does.
 
     It also has optree's PyTreeSpec surface (``type``, ``kind``, ``entries``, ``child``,
-    ``is_prefix``, ``<=`` as prefix order, ``transform``, ``traverse``, ...).  Where JAX's
-    PyTreeDef has a method of the same name (``walk``), JAX's meaning comes first.
+    ``is_prefix``, ``<=`` as prefix order, ``transform``, ``traverse``...; ``walk`` keeps JAX's
+    meaning first).  Type checkers see it generic in its tree's type: ``flatten(params)`` gives a
+    ``PyTreeDef[dict[str, Array]]`` whose ``unflatten`` returns that type (``spruce.typing``).
     """
 
     _codes: list[int]
@@ -127,7 +118,7 @@ class PyTreeDef:
 
     # -- unflatten / flatten_up_to ---------------------------------------------------------
 
-    def unflatten(self, leaves: Iterable[Any]) -> Any:
+    def unflatten(self, leaves: Iterable[Any]) -> S:
         """Build a pytree of this structure from ``leaves`` (any iterable, in leaf order).
 
         Raises:
@@ -174,12 +165,14 @@ class PyTreeDef:
             # A PyTreeDef is often unflattened once (flatten, change the leaves, unflatten): the
             # first time walks the table; making a plan costs about one more unflatten, and
             # pays off from the second.
-            return unflatten_table(self._codes, self._data, nodes, items)
+            built: S = unflatten_table(self._codes, self._data, nodes, items)  # S: the checker's type
+            return built
         plan = self._plan
         if plan is None:
             plan = unflatten_plan(self._codes, self._data, self._num_leaves)
             self._plan = plan
-        return unflatten_steps(plan, items)
+        built = unflatten_steps(plan, items)
+        return built
 
     def flatten_up_to(self, tree: Any) -> list[Any]:
         """The subtrees of ``tree`` at the leaf positions of this structure, in leaf order.
