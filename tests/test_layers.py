@@ -4,7 +4,7 @@ Layers, bottom to top (a module's layer is decided by its path under ``src/spruc
 
 0. the engine: ``_tree/``;
 1. the public faces of the engine and the shared vocabularies: ``tree``, ``tree_util``,
-   ``_arrays``, ``_names``, ``_place``, ``_jax_bridge``, ``_partial``;
+   ``_arrays``, ``_names``, ``_place``, ``_jax_bridge``, ``_partial``, ``_extras``, ``typing``;
 2. the model layer: ``_module/``;
 3. the JAX layer: ``jax/``;
 4. ``io/``, ``sharding/``, ``nn/`` (none of them imports another);
@@ -40,6 +40,8 @@ LAYERS: dict[str, int] = {
     "_place": 1,
     "_jax_bridge": 1,
     "_partial": 1,
+    "_extras": 1,
+    "typing": 1,
     "_module": 2,
     "jax": 3,
     "io": 4,

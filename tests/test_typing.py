@@ -17,6 +17,7 @@ import pathlib
 import subprocess
 import sys
 import types
+from typing import ClassVar
 
 import pytest
 
@@ -112,3 +113,111 @@ def test_mypy_strict_accepts_every_public_name(tmp_path: pathlib.Path) -> None:
     assert returncode == 1 and len(errors) == 1 and errors[0].startswith(expected), (
         f"mypy --strict on user.py:\n{_user_file()}\n{report}"
     )
+
+
+# -- spruce.typing at run time (tests/test_static_typing.py checks what the checkers see) ----------
+
+
+def test_typed_names_are_the_engine_functions() -> None:
+    # The typed declarations of spruce.tree exist for checkers only: at run time every name is
+    # the engine's function itself, with no Python wrapper in between.
+    from spruce._tree import _folds, _traverse, _treedef
+
+    engine = {"flatten": _traverse.flatten, "structure": _traverse.structure, "leaves": _traverse.leaves,
+              "iter": _traverse.iter_leaves, "leaves_with_path": _traverse.leaves_with_path,
+              "flatten_with_path": _traverse.flatten_with_path, "map": _traverse.map,
+              "map_with_path": _traverse.map_with_path, "reduce": _folds.reduce, "unflatten": _treedef.unflatten}  # fmt: skip
+    for name, function in engine.items():
+        assert getattr(spruce.tree, name) is function, name
+
+
+def test_registration_sets_and_unregister_removes_the_node_marker() -> None:
+    from spruce.typing import PyTreeNode
+
+    class Point:
+        def __init__(self, x: float) -> None:
+            self.x = x
+
+    assert not isinstance(Point(1.0), PyTreeNode)
+    spruce.tree.register_pytree_node(Point, lambda p: ((p.x,), None), lambda _, xs: Point(*xs))
+    try:
+        assert Point.__dict__["__spruce_pytree__"] is True
+        assert isinstance(Point(1.0), PyTreeNode)
+    finally:
+        spruce.tree.unregister(Point)
+    assert "__spruce_pytree__" not in Point.__dict__
+    assert not isinstance(Point(1.0), PyTreeNode)
+
+
+def test_a_declared_marker_survives_unregister() -> None:
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Pair:  # ClassVar imported at module level: dataclasses reads the string annotation there
+        __spruce_pytree__: ClassVar[bool] = True
+        a: int
+        b: int
+
+    spruce.tree.register_dataclass(Pair)
+    spruce.tree.unregister(Pair)
+    assert Pair.__dict__["__spruce_pytree__"] is True
+
+
+def test_modules_are_nodes_and_containers_are_not() -> None:
+    from spruce.typing import PyTreeNode
+
+    class Scale(spruce.Module):
+        factor: float
+
+    assert Scale.__spruce_pytree__ is True
+    assert isinstance(Scale(2.0), PyTreeNode)
+    assert not any(isinstance(x, PyTreeNode) for x in ({"a": 1}, [1], (1,), None, 1.0))
+
+
+def test_type_parameters_exist_at_run_time() -> None:
+    # Annotations evaluated at run time (typing.get_type_hints, a dataclass field) work.
+    import typing
+
+    from spruce.typing import PyTree
+
+    def total(tree: PyTree[float], treedef: spruce.tree.PyTreeDef[dict[str, float]]) -> float:
+        return 0.0
+
+    hints = typing.get_type_hints(total, localns={"PyTree": PyTree, "spruce": spruce})
+    assert typing.get_args(hints["tree"])[0] is float
+    assert typing.get_args(hints["treedef"]) == (dict[str, float],)
+    leaves, treedef = spruce.tree.flatten({"a": 1.0})
+    assert treedef.unflatten(leaves) == {"a": 1.0}
+
+
+def test_shape_strings_in_field_annotations_are_kept_and_not_checked() -> None:
+    # A jaxtyping-style annotation is kept as written and never evaluated: the names in it need
+    # not even exist (no jaxtyping here), and a value of another shape is accepted.
+    class Linear(spruce.Module):
+        weight: Float[Array, 'out in']  # noqa: F821, F722
+        bias: Float[Array, ' out'] | None = None  # noqa: F821, F722
+
+    layer = Linear(weight=[[1.0, 2.0]])
+    assert Linear.__annotations__["weight"] == "Float[Array, 'out in']"
+    assert spruce.tree.leaves(layer) == [1.0, 2.0]
+
+
+def test_final_fields_are_ordinary_fields_at_run_time() -> None:
+    # Final[...] is how a field is frozen for checkers (spruce.typing); at run time it is a field
+    # like any other: set by __init__ (generated or hand-written), a child, frozen afterwards.
+    import dataclasses
+    from typing import Final
+
+    class Auto(spruce.Module):
+        weight: Final[float]
+
+    class Hand(spruce.Module):
+        weight: Final[float]
+
+        def __init__(self, weight: float) -> None:
+            self.weight = weight
+
+    for module in (Auto(weight=2.0), Hand(2.0)):
+        assert spruce.tree.leaves(module) == [2.0]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            module.weight = 3.0  # type: ignore[misc]

@@ -8,7 +8,7 @@ import inspect
 import operator
 import types
 import warnings
-from typing import Any, Callable, dataclass_transform
+from typing import Any, Callable, ClassVar, TypeVar, dataclass_transform
 
 from .. import tree as _tree
 from .._arrays import array_summary, is_array, is_array_like, jax_if_imported
@@ -301,6 +301,9 @@ def _warn_post_init_not_run(cls: type) -> None:
             return
 
 
+_M = TypeVar("_M")
+
+
 @dataclass_transform(field_specifiers=(field, dataclasses.field))
 class _ModuleMeta(abc.ABCMeta):
     """Turns every subclass of Module into a dataclass, registers it as a pytree node (in
@@ -348,10 +351,12 @@ class _ModuleMeta(abc.ABCMeta):
         sig = inspect.signature(cls.__init__)  # type: ignore[misc]
         return sig.replace(parameters=list(sig.parameters.values())[1:])
 
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+    # Typed ``type[M] -> M`` (not ``-> Any``): type checkers then take it as type.__call__ and
+    # check the arguments against __init__ (a metaclass __call__ returning Any hides __init__).
+    def __call__(cls: type[_M], *args: Any, **kwargs: Any) -> _M:
         kls: Any = cls  # typed as Any: mypy would read the calls below as the metaclass's own
         obj = kls.__new__(kls)
-        info = cls._spruce_fields
+        info = kls._spruce_fields
         key = id(obj)
         _building.add(key)
         try:
@@ -376,7 +381,8 @@ class _ModuleMeta(abc.ABCMeta):
             check = kls.__dict__.get("__check_init__")
             if check is not None:
                 check(obj)
-        return obj
+        built: _M = obj
+        return built
 
 
 class Module(metaclass=_ModuleMeta):
@@ -436,6 +442,9 @@ class Module(metaclass=_ModuleMeta):
     >>> _tree.leaves(a), _tree.structure(a)
     ([2.0, 0.0], PyTreeDef(CustomNode(Affine[('scale', 'shift'), ('name',), ('affine',)], [*, *])))
     """
+
+    # The marker of spruce.typing.PyTreeNode: a checker sees every Module as a pytree node.
+    __spruce_pytree__: ClassVar[bool] = True
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "__orig_class__":

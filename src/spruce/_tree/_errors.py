@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Final
 
 from ._depth import check_depth
-from ._expand import expand, expand_with_keys, match_children
+from ._expand import expand, expand_with_keys, match_children, ns_expand, ns_expand_with_keys, ns_match_children
 from ._keys import keystr
 from ._kinds import (
     CUSTOM,
@@ -29,6 +29,7 @@ from ._kinds import (
     TUPLE,
 )
 from ._nodes import CustomData, DictData
+from ._registry import Namespace
 from ._text import clip, qualified_name, short_repr
 
 MAX_KEYS_SHOWN: Final = 8
@@ -42,18 +43,21 @@ def keys_text(keys: Any) -> str:
     return "[" + shown + "]"
 
 
-def child_key(node: Any, index: int, none_is_leaf: bool) -> Any:
+def child_key(node: Any, index: int, none_is_leaf: bool, ns: Namespace | None = None) -> Any:
     """The key entry of child ``index`` of ``node`` (error paths only; -1: not known)."""
     if index < 0:
         return "[<unknown child>]"
     try:
-        keys = expand_with_keys(node, none_is_leaf)[3]
+        if ns is None:
+            keys = expand_with_keys(node, none_is_leaf)[3]
+        else:
+            keys = ns_expand_with_keys(node, none_is_leaf, ns)[3]
         return keys[index]
     except Exception:
         return f"[<child {index}>]"
 
 
-def path_of(nodes: list[Any], positions: list[int], none_is_leaf: bool) -> tuple[Any, ...]:
+def path_of(nodes: list[Any], positions: list[int], none_is_leaf: bool, ns: Namespace | None = None) -> tuple[Any, ...]:
     """Key path of ``nodes[-1]`` from a walker's frame stack.
 
     ``nodes[i]`` is the node entered at depth i (``nodes[0]`` the root) and ``positions[i]`` is
@@ -61,7 +65,7 @@ def path_of(nodes: list[Any], positions: list[int], none_is_leaf: bool) -> tuple
     """
     path = []
     for i in range(1, len(nodes)):
-        path.append(child_key(nodes[i - 1], positions[i] - 1, none_is_leaf))
+        path.append(child_key(nodes[i - 1], positions[i] - 1, none_is_leaf, ns))
     return tuple(path)
 
 
@@ -191,10 +195,12 @@ def _key_path(path: list[Any], k: Any, depth: int) -> tuple[Any, ...]:
     return tuple(path + [k]) if depth else ()
 
 
-def cycle_error(tree: Any, is_leaf: Callable[..., Any] | None, path_leaf: bool, none_is_leaf: bool) -> Exception:
+def cycle_error(
+    tree: Any, is_leaf: Callable[..., Any] | None, path_leaf: bool, none_is_leaf: bool, ns: Namespace | None = None
+) -> Exception:
     """The ValueError for a tree that contains itself, naming the key path where the cycle
     first closes (in walk order) and that of the ancestor it closes on."""
-    found = _walk_again("", tree, [], is_leaf, path_leaf, none_is_leaf)
+    found = _walk_again("", tree, [], is_leaf, path_leaf, none_is_leaf, ns)
     return found if found is not None else ValueError("cycle in pytree: a container contains itself")
 
 
@@ -205,11 +211,12 @@ def mismatch_error(
     is_leaf: Callable[..., Any] | None,
     path_leaf: bool,
     none_is_leaf: bool,
+    ns: Namespace | None = None,
 ) -> Exception:
     """The ValueError for trees in ``rest`` that do not have ``tree``'s structure as a prefix,
     naming the key path of the first mismatch (in walk order) and both sides (or the cycle in
     ``tree`` met first)."""
-    found = _walk_again(what, tree, rest, is_leaf, path_leaf, none_is_leaf)
+    found = _walk_again(what, tree, rest, is_leaf, path_leaf, none_is_leaf, ns)
     return found if found is not None else ValueError(f"{what}: the trees do not match (they changed while being walked)")
 
 
@@ -220,6 +227,7 @@ def _walk_again(
     is_leaf: Callable[..., Any] | None,
     path_leaf: bool,
     none_is_leaf: bool,
+    ns: Namespace | None,
 ) -> Exception | None:
     """Walk ``tree`` (and ``rest`` beside it) keeping the key path, and return the error for
     the first node, in walk order, where a tree of ``rest`` does not match or ``tree`` closes a
@@ -243,15 +251,18 @@ def _walk_again(
             depth = len(nodes)
             if _leaf_test(is_leaf, path_leaf, path, k, depth, x):
                 continue
-            code, d, ch, ckeys = expand_with_keys(x, none_is_leaf)
+            if ns is None:
+                code, d, ch, ckeys = expand_with_keys(x, none_is_leaf)
+            else:
+                code, d, ch, ckeys = ns_expand_with_keys(x, none_is_leaf, ns)
             if code == LEAF:
                 continue
             children: list[list[Any]] = []
             for j in range(len(ys)):
                 y = ys[j]
-                ych = match_children(code, d, y, none_is_leaf)
+                ych = match_children(code, d, y, none_is_leaf) if ns is None else ns_match_children(code, d, y, none_is_leaf, ns)
                 if ych is None:
-                    ycode, ydata, _ = expand(y, none_is_leaf)
+                    ycode, ydata, _ = expand(y, none_is_leaf) if ns is None else ns_expand(y, none_is_leaf, ns)
                     detail = mismatch_detail(code, d, ycode, ydata, y)
                     return ValueError(
                         f"{what}: tree #{j + 2} (rest[{j}]) does not match at key path "

@@ -33,7 +33,7 @@ from ._kinds import (
     TUPLE,
 )
 from ._nodes import CustomData, DictData, NodeInfo, sorted_keys
-from ._registry import _cache, lookup
+from ._registry import Namespace, _cache, lookup, lookup_in
 
 if TYPE_CHECKING:
     from mypy_extensions import i64  # native ints when compiled (see _traverse)
@@ -277,12 +277,88 @@ def match_children(code: int, data: Any, y: Any, none_is_leaf: bool) -> list[Any
         return None
     if kind == NONE:
         return EMPTY if y is None else None
+    if kind == DEFAULTDICT:  # by key too: a structure made under dict_insertion_ordered has its own order
+        if t is defaultdict and len(y) == n and y.default_factory == data.factory:
+            dout: list[Any] = []
+            for k in data.keys:
+                v = y.get(k, _ABSENT)
+                if v is _ABSENT:
+                    return None
+                dout.append(v)
+            return dout
+        return None
     ycode, ydata, ych = expand(y, none_is_leaf)
     if ycode != code:
         return None
     if data is not ydata and not bool(data == ydata):
         return None
     return ych
+
+
+def _ordered_dict(x: Any, factory: Any) -> tuple[DictData, list[Any]]:
+    """A dict's node data and children in insertion order (dict_insertion_ordered)."""
+    keys = list(x)
+    return DictData(keys, None, factory), [x[k] for k in keys]
+
+
+def ns_expand(x: Any, none_is_leaf: bool, ns: Namespace) -> tuple[int, Any, list[Any]]:
+    """``expand`` in a walk of registry view ``ns`` (a namespace, or dicts in insertion order)."""
+    t = type(x)
+    if t is list or t is tuple or x is None:
+        return expand(x, none_is_leaf)
+    info = ns.nodes.get(t)
+    if info is not None:
+        ns.used = True
+        return expand_registered(x, info)
+    if ns.ordered and (t is dict or t is defaultdict):
+        ns.used = True
+        dd, ch = _ordered_dict(x, None if t is dict else x.default_factory)
+        return (len(ch) << SHIFT) | (DICT if t is dict else DEFAULTDICT), dd, ch
+    code, d, ch = expand(x, none_is_leaf)
+    if code & MASK == CUSTOM:
+        ns.used = True
+    return code, d, ch
+
+
+def ns_expand_with_keys(x: Any, none_is_leaf: bool, ns: Namespace) -> tuple[int, Any, list[Any], list[Any]]:
+    """``expand_with_keys`` in a walk of registry view ``ns``."""
+    t = type(x)
+    info = ns.nodes.get(t)
+    if info is None and not (ns.ordered and (t is dict or t is defaultdict)):
+        code, d, ch, keys = expand_with_keys(x, none_is_leaf)
+        if code & MASK == CUSTOM:
+            ns.used = True
+        return code, d, ch, keys
+    ns.used = True
+    if info is not None and info.kind == CUSTOM:
+        mode = info.mode
+        if mode == MODE_DATACLASS or mode == MODE_DATACLASS_INIT:
+            ch = info.dataclass_children(x)
+            return (len(ch) << SHIFT) | CUSTOM, info.dataclass_data(x), ch, info.data_keys
+        ch, keys, aux = info.flatten_node_with_keys(x)
+        return (len(ch) << SHIFT) | CUSTOM, info.custom_data(aux), ch, keys
+    code, d, ch = ns_expand(x, none_is_leaf, ns)
+    if not ch:
+        return code, d, ch, EMPTY
+    return code, d, ch, child_keys(x, code, d, len(ch))
+
+
+def ns_match_children(code: int, data: Any, y: Any, none_is_leaf: bool, ns: Namespace) -> list[Any] | None:
+    """``match_children`` in a walk of registry view ``ns``."""
+    kind = code & MASK
+    if kind == LIST or kind == TUPLE or kind == DICT or kind == NONE or kind == DEFAULTDICT:
+        return match_children(code, data, y, none_is_leaf)
+    ycode, ydata, ych = ns_expand(y, none_is_leaf, ns)
+    if ycode != code:
+        return None
+    if data is not ydata and not bool(data == ydata):
+        return None
+    return ych
+
+
+def lookup_ns(t: type, ns: Namespace | None) -> NodeInfo:
+    """The NodeInfo of ``t`` (in view ``ns`` when given)."""
+    return lookup(t) if ns is None else lookup_in(t, ns)
 
 
 def insertion_children(keys: list[Any], order: Any) -> list[int]:

@@ -23,6 +23,7 @@ def reduce(
     is_leaf: IsLeaf = None,
     *,
     none_is_leaf: bool = False,
+    namespace: str = "",
 ) -> Any:
     """Fold ``function`` over the leaves, left to right, as jax.tree_util.tree_reduce.
 
@@ -37,7 +38,7 @@ def reduce(
     >>> reduce(lambda a, b: a + b, [], 0)
     0
     """
-    ls = leaves(tree, is_leaf, none_is_leaf=none_is_leaf)
+    ls = leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
     if initializer is MISSING:
         if not ls:
             raise TypeError("reduce of a pytree with no leaves needs an initializer")
@@ -52,6 +53,7 @@ def reduce_associative(
     identity: Any = MISSING,
     is_leaf: IsLeaf = None,
     none_is_leaf: bool = False,
+    namespace: str = "",
 ) -> Any:
     """Reduce the leaves with an associative ``operation`` in a balanced binary tree of calls
     (depth log2(n) instead of n), as jax.tree_util.tree_reduce_associative.
@@ -64,7 +66,7 @@ def reduce_associative(
     >>> reduce_associative(lambda a, b: a + b, [1, 2, 3, 4, 5])
     15
     """
-    ls = leaves(tree, is_leaf, none_is_leaf=none_is_leaf)
+    ls = leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
     if not ls:
         if identity is MISSING:
             raise ValueError("reduce_associative of a pytree with no leaves needs an identity")

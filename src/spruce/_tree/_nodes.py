@@ -48,6 +48,7 @@ class NodeInfo:
     next_recent: int  # the entry of ``recent`` to replace next
     plain_aux: type | None  # a tuple subclass whose instances are only their items
     plain_fields: bool  # dataclass modes: no field name is a data descriptor of the class
+    namespace: str  # the registration namespace ("" global)
 
     def __init__(
         self,
@@ -75,6 +76,7 @@ class NodeInfo:
         self.recent = []
         self.next_recent = 0
         self.plain_aux = None
+        self.namespace = ""
         self.plain_fields = mode in (MODE_DATACLASS, MODE_DATACLASS_INIT) and no_data_descriptors(
             nodetype, data_fields + meta_fields
         )

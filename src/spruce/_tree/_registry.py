@@ -55,6 +55,140 @@ FOREIGN_LOOKUP: Final[list[Callable[[type], NodeInfo | None] | None]] = [None]
 ON_REGISTER: Final[list[Callable[[type], None] | None]] = [None]
 _BUILTIN_NODE_TYPES: Final = (tuple, list, dict, type(None), OrderedDict, defaultdict, deque)
 
+# Registration namespaces (optree's): a type registered in namespace "ns" is a node only in
+# walks called with ``namespace="ns"``, where it takes precedence over a global registration.
+# Each namespace's registrations live apart from the global registry, so a walk in the global
+# namespace never looks at them: namespaces cost a global walk one test of its ``namespace``
+# argument and of ``GLOBAL_ORDERED`` (see ``view``), nothing per node.
+_ns_registry: Final[dict[str, dict[type, NodeInfo]]] = {}
+# dict_insertion_ordered: the namespaces whose walks keep dicts in insertion order, and the
+# same flag for the global namespace (which every namespace inherits).
+_ns_ordered: Final[set[str]] = set()
+
+
+class _Modes:
+    """Process-wide walk modes read at the start of every walk: a native attribute (compiled,
+    one load of a C bool, no reference counting)."""
+
+    ordered: bool  # dict_insertion_ordered in the global namespace
+
+    def __init__(self) -> None:
+        self.ordered = False
+
+
+MODES: Final = _Modes()
+
+
+class Namespace:
+    """A walk's view of the registry when it runs in a namespace or keeps dicts in insertion
+    order: the namespace's own registrations (over the global ones) and the dict mode.
+
+    ``used`` becomes True when the walk met a node whose meaning the namespace decides (a
+    registered class, or a dict kept in insertion order), which is when its PyTreeDef records
+    the namespace (as optree's PyTreeSpec does).
+    """
+
+    name: str
+    nodes: dict[type, NodeInfo]
+    ordered: bool
+    used: bool
+
+    def __init__(self, name: str, nodes: dict[type, NodeInfo], ordered: bool) -> None:
+        self.name = name
+        self.nodes = nodes
+        self.ordered = ordered
+        self.used = False
+
+    def recorded(self) -> str:
+        """The namespace a PyTreeDef made by this walk records ("" when nothing needed it)."""
+        return self.name if self.used else ""
+
+
+_EMPTY_NODES: Final[dict[type, NodeInfo]] = {}
+
+
+def check_namespace(namespace: object) -> str:
+    if not isinstance(namespace, str):
+        raise TypeError(f"the namespace must be a str, got {namespace!r}")
+    return namespace
+
+
+def view(namespace: str) -> Namespace | None:
+    """The registry view of a walk in ``namespace``; None for the plain global walk (the
+    global namespace without dict_insertion_ordered), which the fast walkers take."""
+    if not namespace:
+        if not isinstance(namespace, str):
+            raise TypeError(f"the namespace must be a str, got {namespace!r}")
+        if not MODES.ordered:
+            return None
+        return Namespace("", _EMPTY_NODES, True)
+    check_namespace(namespace)
+    nodes = _ns_registry.get(namespace)
+    return Namespace(namespace, _EMPTY_NODES if nodes is None else nodes, MODES.ordered or namespace in _ns_ordered)
+
+
+def is_dict_insertion_ordered(namespace: str = "", *, inherit_global_namespace: bool = True) -> bool:
+    """Whether walks in ``namespace`` keep dicts in insertion order (see dict_insertion_ordered)."""
+    check_namespace(namespace)
+    if not namespace or inherit_global_namespace:
+        if MODES.ordered:
+            return True
+    return bool(namespace) and namespace in _ns_ordered
+
+
+def _set_ordered(mode: bool, namespace: str) -> None:
+    with _lock:
+        if not namespace:
+            MODES.ordered = mode
+        elif mode:
+            _ns_ordered.add(namespace)
+        else:
+            _ns_ordered.discard(namespace)
+
+
+class dict_insertion_ordered:
+    """Context manager: within it, walks in ``namespace`` keep dicts (and defaultdicts) in
+    insertion order, in the leaves and in the PyTreeDef, instead of sorting their keys.
+
+    Follows optree.dict_insertion_ordered, except that ``namespace=""`` is the global namespace
+    (whose mode every namespace inherits; optree spells it with a private sentinel).
+    OrderedDict always keeps its order.  The mode is process-wide, not per thread (as
+    optree's); the previous mode comes back on exit.  Also a decorator.  A PyTreeDef made inside records the
+    namespace and its dicts' order: it differs from the sorted one (``==`` is False).
+
+    >>> from spruce.tree import flatten
+    >>> with dict_insertion_ordered(True, namespace=""):
+    ...     flatten({'b': 1, 'a': 2})
+    ([1, 2], PyTreeDef({'b': *, 'a': *}))
+    >>> flatten({'b': 1, 'a': 2})
+    ([2, 1], PyTreeDef({'a': *, 'b': *}))
+    """
+
+    mode: bool
+    namespace: str
+    _prev: list[bool]
+
+    def __init__(self, mode: bool = True, *, namespace: str) -> None:
+        self.mode = bool(mode)
+        self.namespace = check_namespace(namespace)
+        self._prev = []
+
+    def __enter__(self) -> None:
+        self._prev.append(is_dict_insertion_ordered(self.namespace, inherit_global_namespace=False))
+        _set_ordered(self.mode, self.namespace)
+
+    def __exit__(self, *exc: object) -> None:
+        _set_ordered(self._prev.pop(), self.namespace)
+
+    def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """Used as a decorator (as optree's, a contextlib context manager): ``func`` runs in the mode."""
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return func(*args, **kwargs)
+
+        return run
+
 
 def is_namedtuple_type(t: type) -> bool:
     """True for a namedtuple class (a tuple subclass with ``_fields``): spruce's one namedtuple
@@ -116,10 +250,25 @@ def lookup(t: type) -> NodeInfo:
     return info
 
 
-def _register(info: NodeInfo) -> None:
+def _register(info: NodeInfo, namespace: str = "") -> None:
     t = info.nodetype
     if not isinstance(t, type):
         raise TypeError(f"only classes can be registered as pytree nodes, got {t!r}")
+    if check_namespace(namespace):
+        with _lock:
+            if t in _BUILTIN_NODE_TYPES:
+                raise ValueError(
+                    f"{qualified_name(t)} is a built-in pytree node type and cannot be registered again"
+                )
+            nodes = _ns_registry.setdefault(namespace, {})
+            if t in nodes:
+                raise ValueError(
+                    f"{qualified_name(t)} is already registered as a pytree node in namespace "
+                    f"{namespace!r}; call spruce.tree.unregister(cls, namespace={namespace!r}) first"
+                )
+            info.namespace = namespace
+            nodes[t] = info
+        return
     with _lock:
         if t in _BUILTIN_NODE_TYPES:
             raise ValueError(
@@ -134,9 +283,34 @@ def _register(info: NodeInfo) -> None:
         _cache.clear()
         LEAF_TYPES.clear()
         _version[0] += 1
+        _mark(t)
     hook = ON_REGISTER[0]
     if hook is not None:
         hook(t)
+
+
+# Classes that registration gave the class attribute ``__spruce_pytree__`` (the marker of
+# ``spruce.typing.PyTreeNode``), so that unregister takes away only what it set.
+_marked: Final[set[type]] = set()
+
+
+def _mark(t: type) -> None:
+    if "__spruce_pytree__" in t.__dict__:
+        return  # declared by the class itself (Module does)
+    try:
+        setattr(t, "__spruce_pytree__", True)  # noqa: B010  (a dunder name read by checkers)
+    except (TypeError, AttributeError):
+        return  # a built-in or extension type: its dict is read-only
+    _marked.add(t)
+
+
+def _unmark(t: type) -> None:
+    if t in _marked:
+        _marked.discard(t)
+        try:
+            delattr(t, "__spruce_pytree__")
+        except (TypeError, AttributeError):
+            pass
 
 
 def invalidate() -> None:
@@ -147,9 +321,19 @@ def invalidate() -> None:
         _version[0] += 1
 
 
-def registered(t: type) -> NodeInfo | None:
-    """The current registration of ``t`` made through spruce, or None."""
+def registered(t: type, namespace: str = "") -> NodeInfo | None:
+    """The current registration of ``t`` made through spruce (in ``namespace``: there only), or None."""
+    if namespace:
+        return _ns_registry.get(namespace, _EMPTY_NODES).get(t)
     return _registry.get(t)
+
+
+def lookup_in(t: type, ns: Namespace) -> NodeInfo:
+    """The NodeInfo of ``t`` in a walk of view ``ns``: its registration there, or the global one."""
+    info = ns.nodes.get(t)
+    if info is not None:
+        return info
+    return lookup(t)
 
 
 def registered_types() -> list[type]:
@@ -158,8 +342,9 @@ def registered_types() -> list[type]:
         return list(_registry)
 
 
-def unregister(nodetype: type) -> type:
-    """Remove the registration of ``nodetype`` (made by any ``register_*`` function).
+def unregister(nodetype: type, *, namespace: str = "") -> type:
+    """Remove the registration of ``nodetype`` (made by any ``register_*`` function) in
+    ``namespace`` ("" the global one; a namespace's registration is removed from it only).
 
     Afterwards its instances are leaves again.  PyTreeDefs built before keep working (they hold
     the old registration).  Returns ``nodetype``.  jax.tree_util cannot forget a registration:
@@ -173,6 +358,17 @@ def unregister(nodetype: type) -> type:
     """
     if not isinstance(nodetype, type):
         raise TypeError(f"unregister expects a class, got {nodetype!r}")
+    if check_namespace(namespace):
+        with _lock:
+            nodes = _ns_registry.get(namespace, _EMPTY_NODES)
+            if nodetype in _BUILTIN_NODE_TYPES:
+                raise ValueError(f"{qualified_name(nodetype)} is a built-in pytree node type and cannot be unregistered")
+            if nodetype not in nodes:
+                raise ValueError(f"{qualified_name(nodetype)} is not registered as a pytree node in namespace {namespace!r}")
+            del nodes[nodetype]
+            if not nodes:
+                del _ns_registry[namespace]
+        return nodetype
     with _lock:
         if nodetype in _BUILTIN_NODE_TYPES:
             raise ValueError(f"{qualified_name(nodetype)} is a built-in pytree node type and cannot be unregistered")
@@ -182,6 +378,7 @@ def unregister(nodetype: type) -> type:
         _cache.clear()
         LEAF_TYPES.clear()
         _version[0] += 1
+        _unmark(nodetype)
     return nodetype
 
 
@@ -190,6 +387,8 @@ def register_pytree_node(
     flatten_func: Callable[[Any], tuple[Iterable[Any], Any]],
     unflatten_func: Callable[[Any, Iterable[Any]], Any],
     flatten_with_keys_func: Callable[[Any], tuple[Iterable[tuple[Any, Any]], Any]] | None = None,
+    *,
+    namespace: str = "",
 ) -> None:
     """Register ``nodetype`` as a pytree node, as jax.tree_util.register_pytree_node.
 
@@ -201,10 +400,14 @@ def register_pytree_node(
         arbitrary objects in place of leaves (e.g. by transforms), so it should not validate them.
       flatten_with_keys_func: optional ``x -> ([(key, child), ...], aux_data)`` for key paths;
         without it, paths use FlattenedIndexKey.
+      namespace: "" (the default) registers it globally (and with jax.tree_util); another
+        name registers it in that namespace only, as optree's ``namespace=``: it is a node
+        only in walks called with that ``namespace=``, where it takes precedence over a global
+        registration of the same class.
 
     Raises:
-      ValueError: ``nodetype`` is already registered (of N threads racing, one wins) or is a
-        built-in node type.
+      ValueError: ``nodetype`` is already registered in that namespace (of N threads racing,
+        one wins) or is a built-in node type.
     """
     _register(
         NodeInfo(
@@ -214,7 +417,8 @@ def register_pytree_node(
             flatten=flatten_func,
             unflatten=unflatten_func,
             flatten_with_keys=flatten_with_keys_func,
-        )
+        ),
+        namespace,
     )
 
 
@@ -223,11 +427,14 @@ def register_pytree_with_keys(
     flatten_with_keys: Callable[[Any], tuple[Iterable[tuple[Any, Any]], Any]],
     unflatten_func: Callable[[Any, Iterable[Any]], Any],
     flatten_func: Callable[[Any], tuple[Iterable[Any], Any]] | None = None,
+    *,
+    namespace: str = "",
 ) -> None:
     """Register ``nodetype`` with key-aware flattening, as jax.tree_util.register_pytree_with_keys.
 
     ``flatten_with_keys`` returns ``([(key, child), ...], aux_data)``; ``flatten_func`` (optional)
-    is a faster keyless version used when paths are not needed.  Raises as register_pytree_node.
+    is a faster keyless version used when paths are not needed.  ``namespace`` and errors as
+    register_pytree_node.
     """
     _register(
         NodeInfo(
@@ -237,7 +444,8 @@ def register_pytree_with_keys(
             flatten=flatten_func,
             unflatten=unflatten_func,
             flatten_with_keys=flatten_with_keys,
-        )
+        ),
+        namespace,
     )
 
 
@@ -260,22 +468,37 @@ def register_with_fixed_keys(
     _register(info)
 
 
-def register_pytree_node_class(cls: Any) -> Any:
+def register_pytree_node_class(cls: Any = None, *, namespace: str = "") -> Any:
     """Class decorator: register ``cls`` using its ``tree_flatten`` method and ``tree_unflatten``
-    classmethod, as jax.tree_util.register_pytree_node_class.  Returns ``cls``.
+    classmethod, as jax.tree_util.register_pytree_node_class.  Returns ``cls``.  With only
+    ``namespace=`` given it returns the decorator for that namespace (see register_pytree_node).
     """
-    register_pytree_node(cls, _method(cls, "tree_flatten"), cls.tree_unflatten)
+    if cls is None:
+        return _in_namespace(register_pytree_node_class, namespace)
+    register_pytree_node(cls, _method(cls, "tree_flatten"), cls.tree_unflatten, namespace=namespace)
     return cls
 
 
-def register_pytree_with_keys_class(cls: Any) -> Any:
+def register_pytree_with_keys_class(cls: Any = None, *, namespace: str = "") -> Any:
     """Class decorator: register ``cls`` using its ``tree_flatten_with_keys`` method (and
     ``tree_flatten`` if defined) and ``tree_unflatten`` classmethod, as
-    jax.tree_util.register_pytree_with_keys_class.  Returns ``cls``.
+    jax.tree_util.register_pytree_with_keys_class.  Returns ``cls``; ``namespace`` as
+    register_pytree_node_class.
     """
+    if cls is None:
+        return _in_namespace(register_pytree_with_keys_class, namespace)
     flatten = _method(cls, "tree_flatten") if hasattr(cls, "tree_flatten") else None
-    register_pytree_with_keys(cls, _method(cls, "tree_flatten_with_keys"), cls.tree_unflatten, flatten)
+    register_pytree_with_keys(
+        cls, _method(cls, "tree_flatten_with_keys"), cls.tree_unflatten, flatten, namespace=namespace
+    )
     return cls
+
+
+def _in_namespace(register: Callable[..., Any], namespace: str) -> Callable[[Any], Any]:
+    def decorate(cls: Any) -> Any:
+        return register(cls, namespace=namespace)
+
+    return decorate
 
 
 def _method(cls: Any, name: str) -> Callable[[Any], Any]:
@@ -292,6 +515,8 @@ def register_dataclass(
     data_fields: Iterable[str] | None = None,
     meta_fields: Iterable[str] | None = None,
     drop_fields: Iterable[str] = (),
+    *,
+    namespace: str = "",
 ) -> Any:
     """Register a dataclass-like class whose fields are children (data) or node data (meta).
 
@@ -309,7 +534,7 @@ def register_dataclass(
     through ``object.__setattr__``; which fields are descriptors is read at registration, so
     after adding a descriptor to the class, ``unregister`` it and register it again.
 
-    Returns ``nodetype``.
+    Returns ``nodetype``; ``namespace`` as register_pytree_node.
 
     Raises:
       ValueError: only one of data_fields/meta_fields given, or neither for a class that is
@@ -392,23 +617,32 @@ def register_dataclass(
             data_fields=data,
             meta_fields=meta,
             drop_defaults=drop_defaults,
-        )
+        ),
+        namespace,
     )
     return nodetype
 
 
-def register_static(cls: Any) -> Any:
+def register_static(cls: Any = None, *, namespace: str = "") -> Any:
     """Register ``cls`` so its instances are nodes with no children: the instance itself is the
-    node data (so it must be hashable).  As jax.tree_util.register_static.  Returns ``cls``.
+    node data (so it must be hashable).  As jax.tree_util.register_static.  Returns ``cls``;
+    ``namespace`` as register_pytree_node_class.
     """
-    _register(NodeInfo(cls, CUSTOM, MODE_STATIC))
+    if cls is None:
+        return _in_namespace(register_static, namespace)
+    _register(NodeInfo(cls, CUSTOM, MODE_STATIC), namespace)
     return cls
 
 
-def is_tree_node(typ: Any) -> bool:
+def is_tree_node(typ: Any, *, namespace: str = "") -> bool:
     """True if ``typ`` (a type, or else the type of the given object) is a pytree node type:
-    a built-in container, a namedtuple or struct sequence, or a registered class.  As
-    jax.tree_util.is_tree_node; ``NoneType`` counts as a node (with no children).
+    a built-in container, a namedtuple or struct sequence, or a registered class (globally or
+    in ``namespace``).  As jax.tree_util.is_tree_node; ``NoneType`` counts as a node (with no
+    children).
     """
     t = typ if isinstance(typ, type) else type(typ)
+    if check_namespace(namespace):
+        info = _ns_registry.get(namespace, _EMPTY_NODES).get(t)
+        if info is not None:
+            return True
     return lookup(t).kind != LEAF

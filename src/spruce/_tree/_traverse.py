@@ -26,6 +26,7 @@ from ._kinds import LEAF, LIST, SHIFT, TUPLE
 from ._pure import (
     map1 as pure_map1,  # the uncompiled build's map (never compiled itself)
 )
+from ._registry import MODES, Namespace, view
 from ._treedef import PyTreeDef
 from ._walker import Walker, leaf_path
 
@@ -140,7 +141,9 @@ def _leaves_rec(
     return leaf_type
 
 
-def flatten(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False) -> tuple[list[Any], PyTreeDef]:
+def flatten(
+    tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False, namespace: str = ""
+) -> tuple[list[Any], PyTreeDef]:
     """Flatten a pytree into its leaves and its structure.
 
     Follows jax.tree_util.tree_flatten: leaves come in pre-order, dict children in sorted key
@@ -151,6 +154,10 @@ def flatten(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False) ->
       is_leaf: optional predicate called on every object visited (the root included) before it
         is expanded; a true result makes that object a leaf.
       none_is_leaf: if True, None is a leaf instead of an empty node.
+      namespace: the registration namespace (optree's): classes registered in it are nodes
+        too, over their global registration; "" (the default) is the global namespace.  The
+        PyTreeDef records it when a node needed it (a class registered anywhere, a dict kept
+        in insertion order by ``dict_insertion_ordered``), as optree's PyTreeSpec does.
 
     Returns:
       ``(leaves, treedef)``: a new list of the leaves and the PyTreeDef.
@@ -165,6 +172,8 @@ def flatten(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False) ->
     >>> treedef
     PyTreeDef({'a': (*,), 'b': [*, None]})
     """
+    if namespace or MODES.ordered:
+        return _walk_ns(tree, is_leaf, none_is_leaf, namespace, True)
     leaves: list[Any] = []
     codes: list[int] = []
     data: list[Any] = []
@@ -172,7 +181,33 @@ def flatten(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False) ->
     return leaves, PyTreeDef(codes, data, len(leaves), none_is_leaf)
 
 
-def leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False) -> list[Any]:
+def _view(namespace: str) -> Namespace:
+    ns = view(namespace)
+    return Namespace("", {}, False) if ns is None else ns
+
+
+def _walk_ns(tree: Any, is_leaf: IsLeaf, none_is_leaf: bool, namespace: str, table: bool) -> tuple[list[Any], PyTreeDef]:
+    """``flatten`` (``leaves`` without ``table``) in a namespace or with dicts in insertion
+    order: the iterative walker from the root, with the namespace's view of the registry."""
+    ns = _view(namespace)
+    leaves: list[Any] = []
+    codes: list[int] = []
+    data: list[Any] = []
+    begin_walk()
+    try:
+        Walker(None, is_leaf, none_is_leaf=none_is_leaf, table=table, leaves=leaves, codes=codes, data=data, ns=ns).walk(
+            [tree], EMPTY, EMPTY, 0
+        )
+    except CycleFound:
+        raise cycle_error(tree, is_leaf, False, none_is_leaf, ns) from None
+    finally:
+        end_walk()
+    if not table:
+        codes = [LEAF]
+    return leaves, PyTreeDef(codes, data, len(leaves), none_is_leaf, ns.recorded())
+
+
+def leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False, namespace: str = "") -> list[Any]:
     """The leaves of ``tree`` in flatten order (a new list), as jax.tree_util.tree_leaves.
 
     Takes and raises as ``flatten``.
@@ -180,6 +215,8 @@ def leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False) -> 
     >>> leaves([1, {'x': 2, 'w': (3, None)}])
     [1, 3, 2]
     """
+    if namespace or MODES.ordered:
+        return _walk_ns(tree, is_leaf, none_is_leaf, namespace, False)[0]
     out: list[Any] = []
     limit = begin_walk()
     try:
@@ -191,16 +228,18 @@ def leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False) -> 
     return out
 
 
-def structure(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False) -> PyTreeDef:
+def structure(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False, namespace: str = "") -> PyTreeDef:
     """The PyTreeDef of ``tree``, as jax.tree_util.tree_structure.  Takes and raises as ``flatten``.
 
     >>> structure((1, [2, 3], {'a': None}))
     PyTreeDef((*, [*, *], {'a': None}))
     """
-    return flatten(tree, is_leaf, none_is_leaf=none_is_leaf)[1]
+    return flatten(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)[1]
 
 
-def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False) -> Iterator[Any]:
+def iter_leaves(
+    tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False, namespace: str = ""
+) -> Iterator[Any]:
     """Yield the leaves of ``tree`` lazily, in flatten order (optree's tree_iter).
 
     Each node is expanded only when the iteration reaches it, so stopping early skips the rest.
@@ -213,14 +252,15 @@ def iter_leaves(tree: Any, is_leaf: IsLeaf = None, *, none_is_leaf: bool = False
     (1, 2)
     """
     out: list[Any] = []
-    walker = Walker(None, is_leaf, none_is_leaf=none_is_leaf, leaves=out)
+    ns = view(namespace)
+    walker = Walker(None, is_leaf, none_is_leaf=none_is_leaf, leaves=out, ns=ns)
     walker.lazy = True
     walker.start([tree], EMPTY, EMPTY, 0)
     while True:
         try:
             more = walker.run()
         except CycleFound:
-            raise cycle_error(tree, is_leaf, False, none_is_leaf) from None
+            raise cycle_error(tree, is_leaf, False, none_is_leaf, ns) from None
         except StopIteration as e:
             # Let out of a generator, a StopIteration would end the iteration early (compiled)
             # or become Python's "generator raised StopIteration" (PEP 479): say whose it was.
@@ -308,7 +348,12 @@ def _fwp_rec(
 
 
 def flatten_with_path(
-    tree: Any, is_leaf: Callable[..., Any] | None = None, is_leaf_takes_path: bool = False, *, none_is_leaf: bool = False
+    tree: Any,
+    is_leaf: Callable[..., Any] | None = None,
+    is_leaf_takes_path: bool = False,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
 ) -> tuple[list[tuple[tuple[Any, ...], Any]], PyTreeDef]:
     """Flatten with key paths, as jax.tree_util.tree_flatten_with_path.
 
@@ -329,33 +374,41 @@ def flatten_with_path(
     # Keys of the nodes entered below the root; a leaf's path is built from it only at the
     # leaf, so deep trees cost O(depth) per leaf, never O(depth) per node kept alive.
     kstack: list[Any] = []
+    ns = view(namespace) if namespace or MODES.ordered else None
     limit = begin_walk()
     try:
-        if is_leaf_takes_path and is_leaf is not None:
+        if (is_leaf_takes_path and is_leaf is not None) or ns is not None:
             Walker(
-                None, is_leaf, path_leaf=True, none_is_leaf=none_is_leaf, paths=True, table=True,
-                leaves=out, codes=codes, data=data, kstack=kstack,
+                None, is_leaf, path_leaf=is_leaf_takes_path and is_leaf is not None, none_is_leaf=none_is_leaf,
+                paths=True, table=True, leaves=out, codes=codes, data=data, kstack=kstack, ns=ns,
             ).walk(
                 [tree], EMPTY, [None], 0
             )
         else:
             _fwp_rec([tree], [None], kstack, is_leaf, none_is_leaf, out, codes, data, 0, limit, None)
     except CycleFound:
-        raise cycle_error(tree, is_leaf, is_leaf_takes_path, none_is_leaf) from None
+        raise cycle_error(tree, is_leaf, is_leaf_takes_path, none_is_leaf, ns) from None
     finally:
         end_walk()
-    return out, PyTreeDef(codes, data, len(out), none_is_leaf)
+    return out, PyTreeDef(codes, data, len(out), none_is_leaf, "" if ns is None else ns.recorded())
 
 
 def leaves_with_path(
-    tree: Any, is_leaf: Callable[..., Any] | None = None, is_leaf_takes_path: bool = False, *, none_is_leaf: bool = False
+    tree: Any,
+    is_leaf: Callable[..., Any] | None = None,
+    is_leaf_takes_path: bool = False,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
 ) -> list[tuple[tuple[Any, ...], Any]]:
     """``[(path, leaf), ...]``, as jax.tree_util.tree_leaves_with_path (``is_leaf_takes_path``
     included).  See flatten_with_path."""
-    return flatten_with_path(tree, is_leaf, is_leaf_takes_path, none_is_leaf=none_is_leaf)[0]
+    return flatten_with_path(tree, is_leaf, is_leaf_takes_path, none_is_leaf=none_is_leaf, namespace=namespace)[0]
 
 
-def map(f: Callable[..., Any], tree: Any, *rest: Any, is_leaf: IsLeaf = None, none_is_leaf: bool = False) -> Any:
+def map(
+    f: Callable[..., Any], tree: Any, *rest: Any, is_leaf: IsLeaf = None, none_is_leaf: bool = False, namespace: str = ""
+) -> Any:
     """Apply ``f`` to the leaves of ``tree`` (and the matching subtrees of ``rest``).
 
     Follows jax.tree_util.tree_map: ``f(x, *ys)`` is called once per leaf ``x`` of ``tree``,
@@ -371,6 +424,8 @@ def map(f: Callable[..., Any], tree: Any, *rest: Any, is_leaf: IsLeaf = None, no
     >>> map(lambda x, y: x + y, {'b': 1, 'a': [2, 3]}, {'a': [10, 20], 'b': 30})
     {'b': 31, 'a': [12, 23]}
     """
+    if namespace or MODES.ordered:
+        return _map_ns(f, tree, list(rest), is_leaf, False, none_is_leaf, False, namespace, "map")
     try:
         if not rest:
             if COMPILED:
@@ -392,6 +447,7 @@ def map_with_path(
     is_leaf: Callable[..., Any] | None = None,
     is_leaf_takes_path: bool = False,
     none_is_leaf: bool = False,
+    namespace: str = "",
 ) -> Any:
     """As ``map``, but calls ``f(path, x, *ys)`` with the key path of each leaf, as
     jax.tree_util.tree_map_with_path; with ``is_leaf_takes_path=True``, ``is_leaf`` is called
@@ -401,6 +457,8 @@ def map_with_path(
     {'a': ["['a'][0]=1"]}
     """
     path_leaf = is_leaf_takes_path and is_leaf is not None
+    if namespace or MODES.ordered:
+        return _map_ns(f, tree, list(rest), is_leaf, path_leaf, none_is_leaf, True, namespace, "map_with_path")
     try:
         return _mapn(f, tree, list(rest), is_leaf, path_leaf, none_is_leaf, True)
     except CycleFound:
@@ -551,7 +609,35 @@ def _mapn(
     path_leaf: bool,
     none_is_leaf: bool,
     with_path: bool,
+    ns: Namespace | None = None,
 ) -> Any:
-    """``map`` over three or more trees, or with paths: the iterative walker from the root."""
-    walker = Walker(f, is_leaf, path_leaf=path_leaf, none_is_leaf=none_is_leaf, paths=with_path, nrest=len(rest), kstack=[])
+    """``map`` over three or more trees, or with paths, or in a namespace: the iterative
+    walker from the root."""
+    walker = Walker(
+        f, is_leaf, path_leaf=path_leaf, none_is_leaf=none_is_leaf, paths=with_path, nrest=len(rest), kstack=[], ns=ns
+    )
     return walker.walk([tree], [[r] for r in rest], [None], 0)[0]
+
+
+def _map_ns(
+    f: Callable[..., Any],
+    tree: Any,
+    rest: list[Any],
+    is_leaf: Callable[..., Any] | None,
+    path_leaf: bool,
+    none_is_leaf: bool,
+    with_path: bool,
+    namespace: str,
+    what: str,
+) -> Any:
+    """``map`` / ``map_with_path`` in a namespace (see ``_walk_ns``)."""
+    ns = _view(namespace)
+    begin_walk()
+    try:
+        return _mapn(f, tree, rest, is_leaf, path_leaf, none_is_leaf, with_path, ns)
+    except CycleFound:
+        raise cycle_error(tree, is_leaf, path_leaf, none_is_leaf, ns) from None
+    except MismatchFound:
+        raise mismatch_error(what, tree, rest, is_leaf, path_leaf, none_is_leaf, ns) from None
+    finally:
+        end_walk()

@@ -10,31 +10,20 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import OrderedDict, defaultdict, deque
-from typing import Any, Callable, Final, Iterable
+from typing import Any, Callable, Final, Generic, Iterable
 
+from . import _spec
 from ._depth import begin_walk, end_walk
 from ._errors import changed_size, mismatch_detail, nodes_of, path_of, path_text
-from ._expand import EMPTY, expand
-from ._kinds import (
-    CUSTOM,
-    DEFAULTDICT,
-    DEQUE,
-    DICT,
-    LEAF,
-    LIST,
-    MASK,
-    NAMEDTUPLE,
-    NONE,
-    NUM_KINDS,
-    ORDEREDDICT,
-    SHIFT,
-    STRUCTSEQ,
-    TUPLE,
-)
-from ._nodes import CustomData
+from ._expand import EMPTY, expand, match_children, ns_expand
+from ._kindenum import PyTreeKind, of_kind
+from ._kinds import CUSTOM, DEFAULTDICT, DICT, LEAF, MASK, NAMEDTUPLE, NONE, NUM_KINDS, SHIFT, TUPLE
+from ._registry import view
+from ._spec import node_data as _node_data
+from ._spec import span
 from ._text import short_repr
-from ._treetext import _bad, _decode, _encode, table_str
+from ._treetext import _bad, _decode, encode_table, table_str
+from ._typevars import S
 from ._unflatten import _Plan, unflatten_plan, unflatten_steps, unflatten_table
 from ._walker import Walker
 
@@ -59,7 +48,7 @@ def _leave(kind: int, a: object, b: object) -> None:
     _active.discard((threading.get_ident() * 4 + kind, id(a), id(b)))
 
 
-class PyTreeDef:
+class PyTreeDef(Generic[S]):
     """The structure of a pytree: everything but the leaves.
 
     Made by ``spruce.tree.flatten`` / ``structure``; immutable, hashable (when all node data is
@@ -68,8 +57,15 @@ class PyTreeDef:
     ``deque([*, *], maxlen=2)`` and ``time.struct_time(tm_year=*, ...)``.
 
     Two structures are equal when they have the same nodes, node data (dict keys, aux data,
-    namedtuple classes, deque maxlen, defaultdict factory) and ``none_is_leaf``.  Dicts compare by
-    their sorted keys, so insertion order does not matter; OrderedDict key order does.
+    namedtuple classes, deque maxlen, defaultdict factory) and ``none_is_leaf``, and their
+    namespaces are the same or one of them is "" (as optree's).  Dicts compare by their sorted
+    keys, so insertion order does not matter (unless made under ``dict_insertion_ordered``);
+    OrderedDict key order does.
+
+    It also has optree's PyTreeSpec surface (``type``, ``kind``, ``entries``, ``child``,
+    ``is_prefix``, ``<=`` as prefix order, ``transform``, ``traverse``...; ``walk`` keeps JAX's
+    meaning first).  Type checkers see it generic in its tree's type: ``flatten(params)`` gives a
+    ``PyTreeDef[dict[str, Array]]`` whose ``unflatten`` returns that type (``spruce.typing``).
     """
 
     _codes: list[int]
@@ -81,8 +77,12 @@ class PyTreeDef:
     _nodes: list[int] | None  # positions of the non-leaf codes; made on first unflatten
     _calls_out: bool  # unflatten runs code of the user's (registered or namedtuple nodes); ditto
     _plan: _Plan | None  # how unflatten builds it; made on the second unflatten
+    _namespace: str  # the registration namespace it was made in ("" global)
+    _namespaced: bool  # _namespace != ""
 
-    def __init__(self, codes: list[int], data: list[Any], num_leaves: int, none_is_leaf: bool) -> None:
+    def __init__(
+        self, codes: list[int], data: list[Any], num_leaves: int, none_is_leaf: bool, namespace: str = ""
+    ) -> None:
         self._codes = codes
         self._data = data
         self._num_leaves = num_leaves
@@ -92,6 +92,12 @@ class PyTreeDef:
         self._nodes = None
         self._calls_out = False
         self._plan = None
+        self._namespace = namespace
+        self._namespaced = bool(namespace)
+
+    def _make(self, codes: list[int], data: list[Any], num_leaves: int) -> PyTreeDef:
+        """A structure of the given table with this one's none_is_leaf and namespace."""
+        return PyTreeDef(codes, data, num_leaves, self._none_is_leaf, self._namespace)
 
     # -- sizes -----------------------------------------------------------------------------
 
@@ -112,7 +118,7 @@ class PyTreeDef:
 
     # -- unflatten / flatten_up_to ---------------------------------------------------------
 
-    def unflatten(self, leaves: Iterable[Any]) -> Any:
+    def unflatten(self, leaves: Iterable[Any]) -> S:
         """Build a pytree of this structure from ``leaves`` (any iterable, in leaf order).
 
         Raises:
@@ -159,12 +165,14 @@ class PyTreeDef:
             # A PyTreeDef is often unflattened once (flatten, change the leaves, unflatten): the
             # first time walks the table; making a plan costs about one more unflatten, and
             # pays off from the second.
-            return unflatten_table(self._codes, self._data, nodes, items)
+            built: S = unflatten_table(self._codes, self._data, nodes, items)  # S: the checker's type
+            return built
         plan = self._plan
         if plan is None:
             plan = unflatten_plan(self._codes, self._data, self._num_leaves)
             self._plan = plan
-        return unflatten_steps(plan, items)
+        built = unflatten_steps(plan, items)
+        return built
 
     def flatten_up_to(self, tree: Any) -> list[Any]:
         """The subtrees of ``tree`` at the leaf positions of this structure, in leaf order.
@@ -175,7 +183,7 @@ class PyTreeDef:
           ValueError: ``tree`` does not match; the message names the key path of the first
             mismatch and both sides.
         """
-        return flatten_up_to(self, tree, "flatten_up_to", "the tree")
+        return flatten_up_to(self, tree, "flatten_up_to", "the tree", self._namespace)
 
     # -- structure queries -----------------------------------------------------------------
 
@@ -201,7 +209,7 @@ class PyTreeDef:
         for c in sub:
             if c == LEAF:
                 leaves += 1
-        return PyTreeDef(sub, self._data[di:dj], leaves, self._none_is_leaf)
+        return PyTreeDef(sub, self._data[di:dj], leaves, self._none_is_leaf, self._namespace)
 
     def node_data(self) -> Any:
         """``(type, data)`` of the root node, or None for a leaf, as jax.tree_util.
@@ -215,18 +223,20 @@ class PyTreeDef:
             return None
         return _node_data(code, self._data[0])
 
-    def walk(
-        self, f_node: Callable[[tuple[Any, ...], Any], Any], f_leaf: Callable[[Any], Any] | None, leaves: Iterable[Any]
-    ) -> Any:
-        """Fold this structure over ``leaves``, children before parents, as
-        jax.tree_util.PyTreeDef.walk.
+    def walk(self, *args: Any, **kwargs: Any) -> Any:
+        """Fold this structure over leaves, children before parents.
 
-        Each leaf becomes ``f_leaf(leaf)`` (the leaf itself if ``f_leaf`` is None), and each
-        node ``f_node(results, data)``: ``results`` a tuple of what its children became, in
-        order, and ``data`` the second item of ``node_data()`` for that node (None for tuples
-        and lists, the key list for a dict, the aux data of a registered class...), except for
-        namedtuples and struct sequences, whose class it is (as JAX's).  Returns what the root
-        became.  Iterative: any depth.
+        JAX's form, ``walk(f_node, f_leaf, leaves)`` (jax.tree_util.PyTreeDef.walk): each leaf
+        becomes ``f_leaf(leaf)`` (the leaf itself if ``f_leaf`` is None), and each node
+        ``f_node(results, data)``: ``results`` a tuple of what its children became, in order,
+        and ``data`` the second item of ``node_data()`` for that node (None for tuples and
+        lists, the key list for a dict, the aux data of a registered class...), except for
+        namedtuples and struct sequences, whose class it is (as JAX's).
+
+        optree's form, ``walk(leaves, f_node=None, f_leaf=None)`` (optree.PyTreeSpec.walk),
+        chosen when the first argument is not callable: each node becomes ``f_node(node type,
+        node data, results tuple)``, or the node rebuilt from the results when ``f_node`` is
+        None.  Returns what the root became.  Iterative: any depth.
 
         Raises:
           ValueError: the number of leaves differs from ``num_leaves``.
@@ -237,49 +247,35 @@ class PyTreeDef:
         60
         >>> td.walk(lambda r, d: (d, r), None, 'xyz')
         (['a', 'b'], ('x', (None, ('y', 'z'))))
+        >>> td.walk([1, 2, 3], f_leaf=lambda x: -x)
+        {'b': (-2, -3), 'a': -1}
         """
+        if args and callable(args[0]) and len(args) == 3 and not kwargs:
+            return _spec.walk_jax(self, args[0], args[1], self._leaves_for("walk", args[2]))
+        f_node, f_leaf, leaves = _spec.optree_args("walk", args, kwargs)
+        return _spec.walk_optree(self, self._leaves_for("walk", leaves), f_node, f_leaf)
+
+    def traverse(
+        self, leaves: Iterable[Any], f_node: Callable[[Any], Any] | None = None, f_leaf: Callable[[Any], Any] | None = None
+    ) -> Any:
+        """Rebuild the tree from ``leaves``, each leaf replaced by ``f_leaf(leaf)`` and each
+        node by ``f_node(node)`` once rebuilt from its children (as optree.PyTreeSpec.traverse).
+
+        >>> from spruce.tree import structure
+        >>> structure([0, (0,)]).traverse([1, 2], lambda n: ('node', n), lambda x: x * 10)
+        ('node', [10, ('node', (20,))])
+        """
+        return _spec.traverse(self, self._leaves_for("traverse", leaves), f_node, f_leaf)
+
+    def _leaves_for(self, what: str, leaves: Iterable[Any]) -> list[Any]:
         n = self._num_leaves
         items = list(itertools.islice(leaves, n + 1))
         if len(items) != n:
             raise ValueError(
-                f"walk: {'too few' if len(items) < n else 'too many'} leaves: the PyTreeDef has {n} "
+                f"{what}: {'too few' if len(items) < n else 'too many'} leaves: the PyTreeDef has {n} "
                 f"leaves (structure: {short_repr(self, 200)})"
             )
-        codes = self._codes
-        data = self._data
-        # One pass in pre-order (so f_leaf sees the leaves in order, as JAX's); each open node
-        # has a frame: the results of its children so far, how many are still to come, its data.
-        results: list[list[Any]] = []
-        left: list[int] = []
-        datas: list[Any] = []
-        li = 0
-        di = 0
-        value: Any = None
-        for c in codes:
-            if c == LEAF:
-                leaf = items[li]
-                li += 1
-                value = leaf if f_leaf is None else f_leaf(leaf)
-            else:
-                kind = c & MASK
-                d = data[di]  # a namedtuple's class, as JAX's walk gives (not node_data's None)
-                di += 1
-                nd = d if kind == NAMEDTUPLE or kind == STRUCTSEQ else _node_data(c, d)[1]
-                k = c >> SHIFT
-                if k > 0:
-                    results.append([])
-                    left.append(k)
-                    datas.append(nd)
-                    continue
-                value = f_node((), nd)
-            while results:  # hand the value to its parent; close the nodes it completes
-                results[-1].append(value)
-                left[-1] -= 1
-                if left[-1] > 0:
-                    break
-                left.pop()
-                value = f_node(tuple(results.pop()), datas.pop())
-        return value
+        return items
 
     def compose(self, inner: PyTreeDef) -> PyTreeDef:
         """The structure made by replacing every leaf of this one with ``inner``.
@@ -290,6 +286,7 @@ class PyTreeDef:
         _check_treedef(inner, "compose")
         if inner._none_is_leaf != self._none_is_leaf:
             raise ValueError("compose: both PyTreeDefs must have the same none_is_leaf")
+        namespace = _spec.same_namespace(self, inner, "compose")
         codes: list[int] = []
         data: list[Any] = []
         di = 0
@@ -301,7 +298,7 @@ class PyTreeDef:
                 codes.append(c)
                 data.append(self._data[di])
                 di += 1
-        return PyTreeDef(codes, data, self._num_leaves * inner._num_leaves, self._none_is_leaf)
+        return PyTreeDef(codes, data, self._num_leaves * inner._num_leaves, self._none_is_leaf, namespace)
 
     def is_prefix_of(self, other: PyTreeDef, strict: bool = False) -> bool:
         """True if ``other`` can be obtained by replacing leaves of this structure with subtrees.
@@ -327,8 +324,8 @@ class PyTreeDef:
             j += 1
             di += 1
             dj += 1
-        if strict:
-            return len(a) != len(b)
+        if strict:  # another structure: more nodes, or a 0-arity node where this has a leaf
+            return len(a) != len(b) or a != b
         return True
 
     def is_suffix_of(self, other: PyTreeDef, strict: bool = False) -> bool:
@@ -406,7 +403,11 @@ class PyTreeDef:
         # usual case with shared dict shapes and None for lists and tuples, cost no call); if
         # user aux data refers back to these very PyTreeDefs, Python's own recursion check
         # turns that into a RecursionError.
-        return bool(self._data == other._data)
+        if not bool(self._data == other._data):
+            return False
+        if self._namespaced and other._namespaced:  # (native bools: no cost when unused)
+            return self._namespace == other._namespace
+        return True
 
     def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)
@@ -431,6 +432,8 @@ class PyTreeDef:
             body = table_str(self._codes, self._data)
         finally:
             _leave(3, self, self)
+        if self._namespace:
+            body += f", namespace={self._namespace!r}"
         if self._none_is_leaf:
             return f"PyTreeDef({body}, none_is_leaf=True)"
         return f"PyTreeDef({body})"
@@ -439,7 +442,8 @@ class PyTreeDef:
         return (_treedef_from_state, (self.__getstate__(),))
 
     def __getstate__(self) -> Any:
-        return (_STATE_VERSION, tuple(self._codes), tuple([_encode(d) for d in self._data]), self._none_is_leaf)
+        state = (_STATE_VERSION, tuple(self._codes), encode_table(self._codes, self._data), self._none_is_leaf)
+        return state + (self._namespace,) if self._namespace else state
 
     def __copy__(self) -> PyTreeDef:
         return self
@@ -447,28 +451,122 @@ class PyTreeDef:
     def __deepcopy__(self, memo: Any) -> PyTreeDef:
         return self
 
+    # -- optree's PyTreeSpec surface (see _spec) -------------------------------------------
 
-def _node_data(code: int, d: Any) -> tuple[Any, Any]:
-    """``node_data()`` of a node whose table entry is ``code`` and data ``d`` (not a leaf)."""
-    kind = code & MASK
-    if kind == NONE:
-        return (type(None), None)
-    if kind == TUPLE:
-        return (tuple, None)
-    if kind == LIST:
-        return (list, None)
-    if kind == DICT:
-        return (dict, list(d.keys))
-    if kind == ORDEREDDICT:  # (a tuple, as JAX: its OrderedDict is a registered node)
-        return (OrderedDict, tuple(d.keys))
-    if kind == DEFAULTDICT:
-        return (defaultdict, (d.factory, tuple(d.keys)))
-    if kind == DEQUE:
-        return (deque, d)
-    if kind == NAMEDTUPLE or kind == STRUCTSEQ:
-        return (d, None)
-    cd: CustomData = d
-    return (cd.info.nodetype, cd.aux)
+    def __len__(self) -> int:
+        """The number of leaves (optree's ``len(treespec)``)."""
+        return self._num_leaves
+
+    def __bool__(self) -> bool:  # always true, as JAX's (which has no len): not len() != 0
+        return True
+
+    @property
+    def namespace(self) -> str:
+        """The registration namespace the structure was made in ("" the global one): set when
+        a node needed it (a registered class, a dict in insertion order), as optree's."""
+        return self._namespace
+
+    @property
+    def num_children(self) -> int:
+        """The number of children of the root (0 for a leaf)."""
+        return self._codes[0] >> SHIFT
+
+    @property
+    def kind(self) -> PyTreeKind:
+        """The root node's kind, a ``spruce.tree.PyTreeKind`` (optree's values)."""
+        return of_kind(self._codes[0] & MASK)
+
+    def entries(self) -> list[Any]:
+        """The entries of the root's children (optree's): a dict's keys in the structure's
+        order, a register_dataclass class's field names, else the positions 0..n-1.
+
+        >>> from spruce.tree import structure
+        >>> structure({'b': 1, 'a': (2,)}).entries(), structure([1, 2]).entries()
+        (['a', 'b'], [0, 1])
+        """
+        return _spec.entries(self)
+
+    def entry(self, index: int) -> Any:
+        """``entries()[index]``; IndexError out of range."""
+        return _spec.entries(self)[_spec.index(index, self.num_children, "entry")]
+
+    def child(self, index: int) -> PyTreeDef:
+        """``children()[index]``; IndexError out of range."""
+        return self.children()[_spec.index(index, self.num_children, "child")]
+
+    def is_leaf(self, *, strict: bool = True) -> bool:
+        """True for ``PyTreeDef(*)``; with ``strict=False`` also for a node with no children
+        (None, ``()``, ...), as optree's (``treedef_is_leaf`` is the latter, as JAX's)."""
+        return len(self._codes) == 1 and (not strict or self._codes[0] == LEAF)
+
+    def is_prefix(self, other: PyTreeDef, *, strict: bool = False) -> bool:
+        """optree's name of ``is_prefix_of`` (ValueError for two different namespaces)."""
+        _check_treedef(other, "is_prefix")
+        _spec.same_namespace(self, other, "is_prefix")
+        return self.is_prefix_of(other, strict)
+
+    def is_suffix(self, other: PyTreeDef, *, strict: bool = False) -> bool:
+        """optree's name of ``is_suffix_of`` (ValueError for two different namespaces)."""
+        _check_treedef(other, "is_suffix")
+        _spec.same_namespace(self, other, "is_suffix")
+        return other.is_prefix_of(self, strict)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, PyTreeDef):
+            raise _spec.order_error(other, "<")
+        return self.is_prefix(other, strict=True)
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, PyTreeDef):
+            raise _spec.order_error(other, "<=")
+        return self.is_prefix(other)
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, PyTreeDef):
+            raise _spec.order_error(other, ">")
+        return other.is_prefix(self, strict=True)
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, PyTreeDef):
+            raise _spec.order_error(other, ">=")
+        return other.is_prefix(self)
+
+    def transform(
+        self, f_node: Callable[[PyTreeDef], PyTreeDef] | None = None, f_leaf: Callable[[PyTreeDef], PyTreeDef] | None = None
+    ) -> PyTreeDef:
+        """A new structure: each leaf replaced by ``f_leaf(PyTreeDef(*))`` and each node by
+        ``f_node(its one-level structure)`` (a structure with as many leaves as the node has
+        children, which then stand for them), as optree.PyTreeSpec.transform.
+
+        Raises:
+          TypeError: a function returned something other than a PyTreeDef.
+          ValueError: ``f_node`` returned a structure with another number of leaves.
+
+        >>> from spruce.tree import structure
+        >>> structure([1, (2, 3)]).transform(None, lambda leaf: structure((0, 0)))
+        PyTreeDef([(*, *), ((*, *), (*, *))])
+        """
+        out: PyTreeDef = _spec.transform(self, f_node, f_leaf)
+        return out
+
+    def broadcast_to_common_suffix(self, other: PyTreeDef) -> PyTreeDef:
+        """The smallest structure both this one and ``other`` are prefixes of (optree's).
+
+        Raises:
+          ValueError: at some place both have nodes, of another kind, arity or node data.
+
+        >>> from spruce.tree import structure
+        >>> structure([0, (0, 0)]).broadcast_to_common_suffix(structure([(0, 0), 0]))
+        PyTreeDef([(*, *), (*, *)])
+        """
+        _check_treedef(other, "broadcast_to_common_suffix")
+        out: PyTreeDef = _spec.broadcast_to_common_suffix(self, other)
+        return out
+
+    @property
+    def type(self) -> Any:
+        """The class of the root node, None for a leaf (optree's PyTreeSpec.type)."""
+        return _spec.root_type(self)
 
 
 def _check_treedef(x: object, what: str) -> None:
@@ -529,23 +627,13 @@ def _data_eq(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def span(codes: list[int], i: int, di: int) -> tuple[int, int]:
-    """End (exclusive) of the subtree starting at node ``i`` / data index ``di``."""
-    need = 1
-    while need > 0:
-        c = codes[i]
-        need += (c >> SHIFT) - 1
-        if c != LEAF:
-            di += 1
-        i += 1
-    return i, di
-
-
-def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str) -> list[Any]:
-    """Subtrees of ``tree`` at the leaves of ``td``; a clear ValueError on mismatch."""
+def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str, namespace: str = "") -> list[Any]:
+    """Subtrees of ``tree`` at the leaves of ``td`` (nodes read in ``namespace``); a clear
+    ValueError on mismatch."""
     codes = td._codes
     data = td._data
     none_is_leaf = td._none_is_leaf
+    ns = view(namespace or td._namespace)
     out: list[Any] = []
     seq: list[Any] = [tree]
     pos = 0
@@ -568,11 +656,15 @@ def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str) -> list[Any]:
             continue
         d = data[di]
         di += 1
-        ycode, ydata, ych = expand(x, none_is_leaf)
+        if c & MASK == DICT or c & MASK == DEFAULTDICT:  # by key: a structure's order need not be the tree's
+            found = match_children(c, d, x, none_is_leaf)
+            ycode, ydata, ych = (c, d, found) if found is not None else expand(x, none_is_leaf)
+        else:
+            ycode, ydata, ych = expand(x, none_is_leaf) if ns is None else ns_expand(x, none_is_leaf, ns)
         if ycode != c or not _data_eq(d, ydata):
             nodes = nodes_of(st_seq, st_pos) + [x]
             positions = st_pos + [pos]
-            path = path_of(nodes, positions, none_is_leaf)
+            path = path_of(nodes, positions, none_is_leaf, ns)
             raise ValueError(
                 f"{what}: {which} does not match the structure at key path {path_text(path)}: "
                 f"{mismatch_detail(c, d, ycode, ydata, x)}"
@@ -590,9 +682,9 @@ def flatten_up_to(td: PyTreeDef, tree: Any, what: str, which: str) -> list[Any]:
 
 def _treedef_from_state(state: Any) -> PyTreeDef:
     """Rebuild a pickled PyTreeDef, validating every part of the state."""
-    if not (isinstance(state, tuple) and len(state) == 4):
-        raise _bad("expected a 4-tuple (version, codes, data, none_is_leaf)")
-    version, codes_in, data_in, none_is_leaf = state
+    if not (isinstance(state, tuple) and (len(state) == 4 or (len(state) == 5 and type(state[4]) is str))):
+        raise _bad("expected a 4-tuple (version, codes, data, none_is_leaf), or that and a namespace")
+    version, codes_in, data_in, none_is_leaf = state[:4]
     if version != _STATE_VERSION:
         raise _bad(f"unknown version {short_repr(version)}")
     if not isinstance(codes_in, tuple) or not isinstance(data_in, tuple) or type(none_is_leaf) is not bool:
@@ -622,13 +714,13 @@ def _treedef_from_state(state: Any) -> PyTreeDef:
             raise _bad("a None node in a structure made with none_is_leaf=True")
         if di >= len(data_in):
             raise _bad("fewer node data entries than nodes")
-        data.append(_decode(kind, arity, data_in[di]))
+        data.append(_decode(kind, arity, data_in[di], state[4] if len(state) == 5 else ""))
         di += 1
     if need != 0:
         raise _bad("the node table is truncated")
     if di != len(data_in):
         raise _bad("more node data entries than nodes")
-    return PyTreeDef(codes, data, leaves, none_is_leaf)
+    return PyTreeDef(codes, data, leaves, none_is_leaf, state[4] if len(state) == 5 else "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -647,16 +739,20 @@ def treedef_tuple(treedefs: Iterable[PyTreeDef]) -> PyTreeDef:
     data: list[Any] = [None]
     leaves = 0
     nil: bool | None = None
+    namespace = ""
     for td in tds:
         if not isinstance(td, PyTreeDef):
             raise TypeError(f"treedef_tuple: expected PyTreeDefs, got {type(td).__name__}")
         if nil is not None and td._none_is_leaf != nil:
             raise ValueError("treedef_tuple: the PyTreeDefs disagree on none_is_leaf")
         nil = td._none_is_leaf
+        if td._namespace and namespace and td._namespace != namespace:
+            raise ValueError(f"treedef_tuple: the PyTreeDefs have different namespaces, {namespace!r} and {td._namespace!r}")
+        namespace = namespace or td._namespace
         codes.extend(td._codes)
         data.extend(td._data)
         leaves += td._num_leaves
-    return PyTreeDef(codes, data, leaves, bool(nil))
+    return PyTreeDef(codes, data, leaves, bool(nil), namespace)
 
 
 def unflatten(treedef: Any, leaves: Iterable[Any]) -> Any:

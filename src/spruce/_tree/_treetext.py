@@ -27,7 +27,7 @@ from ._kinds import (
     TUPLE,
 )
 from ._nodes import CustomData, DictData, sorted_keys
-from ._registry import is_namedtuple_type, is_structseq_type, lookup
+from ._registry import is_namedtuple_type, is_structseq_type, lookup, registered
 from ._text import short_repr
 
 _MAX_SIZE: Final = 1 << 62  # the largest deque maxlen a pickled state may give
@@ -124,9 +124,18 @@ def table_str(codes: list[int], data: list[Any]) -> str:
 # Pickling: the state is plain data; loading validates all of it.
 
 
-def _encode(d: Any) -> Any:
+def encode_table(codes: list[int], data: list[Any]) -> tuple[Any, ...]:
+    """The pickled node data of a node table (``_encode`` of each non-leaf node's data)."""
+    kinds = [c & MASK for c in codes if c != LEAF]
+    return tuple([_encode(d, k) for d, k in zip(data, kinds)])
+
+
+def _encode(d: Any, kind: int = LEAF) -> Any:
     if isinstance(d, DictData):
-        return ("dict", tuple(d.keys), None if d.order is None else tuple(d.order), d.factory)
+        state = ("dict", tuple(d.keys), None if d.order is None else tuple(d.order), d.factory)
+        if kind != ORDEREDDICT and d.order is None and list(d.keys) != sorted_keys(d.keys):
+            return state + ("insertion",)  # made under dict_insertion_ordered
+        return state
     if isinstance(d, CustomData):
         return ("custom", d.info.nodetype, d.aux)
     return d
@@ -136,7 +145,7 @@ def _bad(msg: str) -> ValueError:
     return ValueError(f"invalid PyTreeDef pickle state: {msg}")
 
 
-def _decode(kind: int, arity: int, d: Any) -> Any:
+def _decode(kind: int, arity: int, d: Any, namespace: str = "") -> Any:
     if kind == NONE or kind == TUPLE or kind == LIST:
         if d is not None:
             raise _bad(f"a {('None', 'tuple', 'list')[kind - 1]} node has node data {short_repr(d)}")
@@ -144,7 +153,8 @@ def _decode(kind: int, arity: int, d: Any) -> Any:
             raise _bad("a None node has children")
         return None
     if kind == DICT or kind == ORDEREDDICT or kind == DEFAULTDICT:
-        if not (isinstance(d, tuple) and len(d) == 4 and d[0] == "dict" and isinstance(d[1], tuple)):
+        insertion = isinstance(d, tuple) and len(d) == 5 and d[4] == "insertion" and kind != ORDEREDDICT
+        if not (isinstance(d, tuple) and (len(d) == 4 or insertion) and d[0] == "dict" and isinstance(d[1], tuple)):
             raise _bad(f"dict node data must be ('dict', keys, order, factory), got {short_repr(d)}")
         keys, order, factory = d[1], d[2], d[3]
         if len(keys) != arity:
@@ -154,7 +164,7 @@ def _decode(kind: int, arity: int, d: Any) -> Any:
             order_ok = order is None or (
                 kind != ORDEREDDICT and isinstance(order, tuple) and len(order) == len(keys) and set(order) == key_set
             )
-            sorted_ok = kind == ORDEREDDICT or list(keys) == sorted_keys(keys)
+            sorted_ok = kind == ORDEREDDICT or (insertion and order is None) or list(keys) == sorted_keys(keys)
         except Exception:
             raise _bad("dict keys are not hashable and comparable") from None
         if len(key_set) != len(keys):
@@ -182,7 +192,7 @@ def _decode(kind: int, arity: int, d: Any) -> Any:
     # CUSTOM
     if not (isinstance(d, tuple) and len(d) == 3 and d[0] == "custom" and isinstance(d[1], type)):
         raise _bad(f"custom node data must be ('custom', class, aux_data), got {short_repr(d)}")
-    info = lookup(d[1])
+    info = registered(d[1], namespace) or lookup(d[1])
     if info.kind != CUSTOM:
         raise _bad(f"{d[1].__name__} is not registered as a pytree node (register it before unpickling)")
     aux = d[2]

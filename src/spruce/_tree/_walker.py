@@ -17,6 +17,8 @@ What one walk does is set when the walker is made:
 - ``nrest``: the number of further trees matched against the first (``map``); a mismatch raises
   ``MismatchFound``.
 - ``lazy``: ``run`` returns after each leaf (``iter``), keeping its place.
+- ``ns``: the registry view of a walk in a namespace or with dicts in insertion order (None
+  for the plain global walk); every walk that has one is a ``Walker`` from the root.
 
 Semantics every walk keeps: ``is_leaf`` is asked once about every object, before anything
 else; a list is walked as it was when entered (items a callback appends are not visited, one
@@ -37,9 +39,19 @@ from typing import TYPE_CHECKING, Any, Callable, Final
 
 from ._depth import COMPILED, CycleFound, MismatchFound, check_depth
 from ._errors import changed_size
-from ._expand import EMPTY, build, expand, expand_with_keys, match_children
+from ._expand import (
+    EMPTY,
+    build,
+    expand,
+    expand_with_keys,
+    match_children,
+    ns_expand,
+    ns_expand_with_keys,
+    ns_match_children,
+)
 from ._keys import SEQUENCE_KEYS, sequence_keys
 from ._kinds import LEAF, LIST, MASK, SHIFT
+from ._registry import Namespace
 
 if TYPE_CHECKING:
     from mypy_extensions import i64  # native ints when compiled (see _traverse)
@@ -138,6 +150,7 @@ class Walker:
     _mark: object
     _mark_depth: i64
     _kbase: i64  # the keys kstack held when the walk started, and holds again when it ends
+    ns: Namespace | None
 
     def __init__(
         self,
@@ -153,6 +166,7 @@ class Walker:
         codes: list[int] = EMPTY,
         data: list[Any] = EMPTY,
         kstack: list[Any] = EMPTY,
+        ns: Namespace | None = None,
     ) -> None:
         """The options of one walk, by name (see the module docstring): ``f`` maps (None:
         collect ``leaves``); ``path_leaf``: ``is_leaf(path, x)``; ``paths``: track key paths
@@ -171,6 +185,7 @@ class Walker:
         self.codes = codes
         self.data = data
         self.kstack = kstack
+        self.ns = ns
 
     def walk(self, seq: list[Any], rseqs: list[list[Any]], keys: list[Any], depth: int) -> list[Any]:
         """Walk the items of ``seq`` (the children of one node, or ``[root]``), which sit at
@@ -238,6 +253,7 @@ class Walker:
         codes = self.codes
         data = self.data
         kstack = self.kstack
+        ns = self.ns
         # One frame per node being walked whose parent has more to do: compiled, ``frames[:sp]``
         # (a _Frame per level, kept and reused); run by the interpreter, where making a _Frame
         # is a Python call, a tuple (its parent's seq, pos, n, depth, rseqs, keys, outs, code,
@@ -291,6 +307,11 @@ class Walker:
                         xcode = (len(ch) << SHIFT) | LIST
                         if paths:
                             ckeys = SEQUENCE_KEYS if len(ch) <= len(SEQUENCE_KEYS) else sequence_keys(len(ch))
+                    elif ns is not None:
+                        if paths:
+                            xcode, d, ch, ckeys = ns_expand_with_keys(x, none_is_leaf, ns)
+                        else:
+                            xcode, d, ch = ns_expand(x, none_is_leaf, ns)
                     elif paths:
                         xcode, d, ch, ckeys = expand_with_keys(x, none_is_leaf)
                     else:
@@ -321,7 +342,10 @@ class Walker:
                 if nrest:
                     children: list[list[Any]] = []
                     for y in ys:
-                        ych = match_children(xcode, d, y, none_is_leaf)
+                        if ns is None:
+                            ych = match_children(xcode, d, y, none_is_leaf)
+                        else:
+                            ych = ns_match_children(xcode, d, y, none_is_leaf, ns)
                         if ych is None:
                             raise MismatchFound()
                         children.append(ych)

@@ -58,9 +58,38 @@ class _Parser(argparse.ArgumentParser):
         return self.commands.get(command or "", self)
 
 
+def version_text() -> str:
+    """The line ``spruce --version`` prints: the version and which build of the engine is loaded.
+
+    ``compiled`` (the mypyc-compiled engine) or ``pure Python``, with the reason when a source
+    install fell back to pure Python because the C compiler failed (``setup.py`` records it).
+
+    >>> import spruce
+    >>> version_text().startswith(f"spruce {spruce.__version__} (")
+    True
+    """
+    import importlib.resources
+
+    import spruce
+
+    if spruce.__compiled__:
+        build = "compiled engine (mypyc)"
+    else:
+        build = "pure-Python engine"
+        try:
+            note = importlib.resources.files("spruce._tree").joinpath("_build.txt").read_text().strip()
+        except (OSError, ValueError):
+            note = ""
+        if note.startswith("pure: "):
+            build += f"; {note[len('pure: '):]}"
+    return f"spruce {spruce.__version__} ({build}, Python {sys.version.split()[0]})"
+
+
 def _parser() -> _Parser:
     p = _Parser(prog="spruce", description=_DESCRIPTION, epilog=_EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=version_text(),
+                   help="print spruce's version and which build of the engine is loaded, and exit")
     # Not required=True: argparse would then report a missing COMMAND before an unknown flag
     # (`spruce --bogus`); main checks for both itself, unknown flags first.
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -146,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
       unreadable or corrupted file), 130 interrupted.
 
     >>> main(['--help'])  # doctest: +ELLIPSIS
-    usage: spruce [-h] COMMAND ...
+    usage: spruce [-h] [--version] COMMAND ...
     ...
     0
     """

@@ -21,7 +21,8 @@ from typing import (
 import numpy as np
 
 from .._names import unflatten_names
-from . import _npz, _safetensors, _sharded, _storage, _torch
+from . import _gguf, _npz, _safetensors, _sharded, _storage, _torch
+from ._async import DEFAULT_BUFFERS, HostBuffers, PendingSave, start_transfers
 from ._dtypes import NPZ_NAMES, SAFETENSORS_NAMES, describe
 from ._errors import CheckpointError, MismatchError
 from ._files import (
@@ -60,10 +61,12 @@ class TensorInfo(NamedTuple):
     """One tensor of a checkpoint, from its header (no data read).
 
     Attributes:
-      dtype: NumPy's name for the dtype (``'float32'``, ``'int64'``, ``'bfloat16'``).
-      shape: the shape, a tuple of ints.
+      dtype: NumPy's name for the dtype (``'float32'``, ``'int64'``, ``'bfloat16'``); for a GGUF
+        file, the stored GGUF type (``'F32'``, ``'F16'``, ``'Q4_1'``, ``'Q8_0'``: ``load`` gives
+        F16, BF16 and the quantized types as float32).
+      shape: the shape, a tuple of ints (NumPy's order, also for GGUF files).
       size: the number of elements (the product of ``shape``; 1 for shape ``()``).
-      nbytes: the size of the data in bytes.
+      nbytes: the size of the data in bytes (as stored in the file).
     """
 
     dtype: str
@@ -76,8 +79,8 @@ class CheckpointInfo(NamedTuple):
     """What ``read_info`` returns: a checkpoint's header, no data read.
 
     Attributes:
-      format: ``'safetensors'`` or ``'npz'`` (from the suffix, or sniffed from the first bytes
-        for another suffix: the rule ``load`` uses).
+      format: ``'safetensors'``, ``'npz'``, ``'pytorch'``, ``'gguf'`` or ``'sharded'`` (from the
+        suffix, or sniffed from the first bytes for another suffix: the rule ``load`` uses).
       tensors: ``{name: TensorInfo}`` as ``read_header`` gives it.
       metadata: the str -> str metadata as ``read_metadata`` gives it.
     """
@@ -146,6 +149,8 @@ def _parse(p: str) -> Parsed:
         return _safetensors.parse(p)
     with open_regular(p) as f:
         magic = f.read(4)
+    if magic == _gguf.MAGIC or low.endswith(".gguf"):
+        return _gguf.parse(p)
     if magic in (b"PK\x03\x04", b"PK\x05\x06"):
         return _torch.parse(p) if _torch.is_torch_zip(p) else _npz.parse(p)
     if magic[:1] == b"\x80" or low.endswith((".pt", ".pth")):  # a pickle: legacy torch.save
@@ -155,7 +160,7 @@ def _parse(p: str) -> Parsed:
     except CheckpointError as e:  # neither the suffix nor the content says what this file is
         detail = str(e)[len(p) + 2 :] if str(e).startswith(p + ": ") else str(e)
         raise CheckpointError(
-            "not a checkpoint spruce recognises (.safetensors, .npz, a PyTorch .pt/.pth/.bin file, or a "
+            "not a checkpoint spruce recognises (.safetensors, .npz, a PyTorch .pt/.pth/.bin file, a .gguf file, or a "
             f"sharded checkpoint directory); read as safetensors: {detail}",
             p,
         ) from None
@@ -195,6 +200,8 @@ class _Reader:
             )
         if e.offset >= 0:
             return self.mapped.array(e)
+        if _gguf.is_gguf(e):
+            return _gguf.array(self.mapped, e, name, self.parsed.path)
         if self.zip is None:
             self.file = open_same(self.parsed)
             self.zip = zipfile.ZipFile(self.file)
@@ -229,9 +236,8 @@ class _Reader:
 
 
 def _info(e: Entry) -> TensorInfo:
-    dtype = e.final_dtype
     size = shape_size(e.shape)
-    return TensorInfo(describe(dtype), e.shape, size, e.nbytes)
+    return TensorInfo(_gguf.stored_type(e) or describe(e.final_dtype), e.shape, size, e.nbytes)
 
 
 def _doc(parsed: Parsed) -> dict[str, Any] | None:
@@ -299,7 +305,9 @@ def read_metadata(path: PathLike, *, storage_options: Mapping[str, Any] | None =
 
     spruce's own entries start with ``spruce.``: ``spruce.treedef`` holds the tree structure as
     JSON (schema in docs/io.md).  Files written by other tools may have none, or their own
-    (Hugging Face writes ``{'format': 'pt'}``).
+    (Hugging Face writes ``{'format': 'pt'}``).  A GGUF file's typed values are given as text:
+    strings as they are, the others as JSON (``'30'``, ``'false'``, ``'["a", "b"]'``; the
+    values themselves: ``read_gguf_metadata``).
 
     Raises:
       CheckpointError, OSError: as ``read_header``.
@@ -364,10 +372,27 @@ def load_flat(path: PathLike) -> dict[str, Any]:
         return {name: _plain(reader.array, spec) for name, spec in _entries(parsed, _doc(parsed)).items()}
 
 
+@overload
 def save(
     path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
-    storage_options: Mapping[str, Any] | None = None,
-) -> None:
+    blocking: Literal[True] = True, storage_options: Mapping[str, Any] | None = None,
+) -> None: ...
+@overload
+def save(
+    path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
+    blocking: Literal[False], storage_options: Mapping[str, Any] | None = None,
+) -> PendingSave: ...
+@overload
+def save(
+    path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
+    blocking: bool, storage_options: Mapping[str, Any] | None = None,
+) -> PendingSave | None: ...
+
+
+def save(
+    path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
+    blocking: bool = True, storage_options: Mapping[str, Any] | None = None,
+) -> PendingSave | None:
     """Write a pytree to a .safetensors or .npz checkpoint, atomically.
 
     Every array leaf becomes one tensor named by its key path in dotted form
@@ -404,6 +429,17 @@ def save(
     new one.  An existing file keeps its permission bits; a new one gets those ``open()``
     gives (0o666 minus the umask).
 
+    With ``blocking=False`` the call returns a ``PendingSave`` as soon as every array is
+    copied to host memory (jax.Arrays: all device-to-host copies started at once), and the
+    file is written from that copy in a background thread: the caller may donate, delete or
+    overwrite its arrays at once.  Errors visible at call time (a leaf that cannot be
+    stored, a bad suffix, ``path`` a directory or in a missing folder) are raised by the
+    call; errors while writing (a full disk) by ``PendingSave.wait()``.  Extra host memory:
+    the host copy of the arrays, whose buffers are kept after the save and reused by the next
+    asynchronous one (arrays of the same byte sizes; buffers it does not reuse are freed), plus
+    the writer's fixed buffer: the file is written straight from the copy.  With
+    ``blocking=True`` jax.Arrays are read where they are (on the CPU, no copy at all).
+
     Args:
       path: the file (a str, bytes or os.PathLike); its suffix, ``.safetensors`` or ``.npz``,
         chooses the format.  A URL (``s3://bucket/model.safetensors``: fsspec, docs/io.md)
@@ -416,6 +452,8 @@ def save(
         with ``like=`` takes them from ``like``, and ``load`` without ``like`` raises
         CheckpointError listing them.  False (default): such a leaf is a ValueError.  Data the
         format cannot hold is refused either way.
+      blocking: True (default): return when the file is in place.  False: return a
+        ``PendingSave`` once the data is in host memory, and write in the background.
       storage_options: for a URL, keyword arguments for its fsspec filesystem.
 
     Raises:
@@ -424,6 +462,9 @@ def save(
       OSError: any I/O failure, in both formats, naming ``path``: the folder does not exist or
         cannot be written, ``path`` is a directory (IsADirectoryError), the disk is full
         (errno ENOSPC).  The old file, if any, is left as it was.
+
+    Returns:
+      None, or with ``blocking=False`` a ``PendingSave``.
 
     >>> import os, tempfile, numpy as np
     >>> path = os.path.join(tempfile.mkdtemp(), 'params.safetensors')
@@ -436,8 +477,48 @@ def save(
     {'w': array([1., 1.]), 'act': <ufunc 'tanh'>}
     """
     p = _fspath(path, "save")
-    fmt = _save_format(p)
     remote = _storage.resolve(p, storage_options) is not None  # (a bad URL fails before any work)
+    if blocking:
+        write_file(p, prepare_file(p, tree, metadata, skip_code), storage_options)
+        return None
+    if not remote:
+        target = os.path.realpath(p)
+        if os.path.isdir(target):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory, not a regular file", p)
+        folder = os.path.dirname(os.path.abspath(target))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(errno.ENOENT, f"the folder {folder!r} does not exist", p)
+    job = prepare_file(p, tree, metadata, skip_code, DEFAULT_BUFFERS)
+
+    def work() -> None:
+        try:
+            write_file(p, job, storage_options)
+        finally:
+            DEFAULT_BUFFERS.release(job.buffers)
+
+    return PendingSave(p, work)
+
+
+class FileJob(NamedTuple):
+    """A single-file save prepared at call time: the format, the arrays (with ``host``: copies
+    in host buffers, listed in ``buffers``) and the metadata."""
+
+    fmt: str
+    arrays: dict[str, Any]
+    meta: dict[str, str]
+    buffers: list[Any]
+
+
+def prepare_file(
+    p: str, tree: Any, metadata: Mapping[str, str] | None, skip_code: bool, host: HostBuffers | None = None
+) -> FileJob:
+    """What ``save`` does in the caller: checks, the structure, and with ``host`` the copy of
+    every array into host buffers.  ``p`` (its suffix) chooses the format.
+
+    Raises:
+      ValueError: as ``save``; an array that cannot be copied to the host (naming it).
+    """
+    fmt = _save_format(p)
     meta: dict[str, str] = {}
     if metadata is not None:
         for k, v in metadata.items():
@@ -447,13 +528,32 @@ def save(
                 raise ValueError(f"save: metadata keys starting with 'spruce.' are reserved, got {k!r}")
             meta[k] = v
     allowed = SAFETENSORS_NAMES if fmt == "safetensors" else NPZ_NAMES
-    enc = encode_tree(tree, allowed, "." + fmt, skip_code=skip_code)
+    enc = encode_tree(tree, allowed, "." + fmt, keep_jax=host is not None, skip_code=skip_code)
     meta[TREEDEF_KEY] = json.dumps(enc.doc, allow_nan=False, separators=(",", ":"))
-    writer = _safetensors.write if fmt == "safetensors" else _npz.write
-    if remote:  # no rename on object stores: the finished file is uploaded in one put
-        _storage.put(p, lambda tmp: writer(tmp, enc.arrays, meta, p), storage_options)
+    arrays: dict[str, Any] = enc.arrays
+    taken: list[Any] = []
+    if host is not None:
+        start_transfers(list(arrays.values()))
+        copies = {}
+        for name, x in arrays.items():
+            try:
+                copies[name] = host.copy(x, taken)
+            except Exception as e:  # a deleted jax.Array, one not on this process, ...
+                host.release(taken)
+                raise ValueError(f"save: the array {name!r} cannot be copied to the host: {e}") from e
+        host.trim()
+        arrays = copies
+    return FileJob(fmt, arrays, meta, taken)
+
+
+def write_file(p: str, job: FileJob, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Write a prepared save to ``p`` atomically (``atomic_write``); to a URL, in one upload of
+    the finished file (no rename on object stores)."""
+    writer = _safetensors.write if job.fmt == "safetensors" else _npz.write
+    if _storage.is_url(p):
+        _storage.put(p, lambda tmp: writer(tmp, job.arrays, job.meta, p), storage_options)
     else:
-        atomic_write(p, lambda tmp: writer(tmp, enc.arrays, meta, p))
+        atomic_write(p, lambda tmp: writer(tmp, job.arrays, job.meta, p))
 
 
 @overload
@@ -489,7 +589,11 @@ def load(
     PyTorch checkpoint (a ``torch.save`` file: ``.pt``, ``.pth``, ``.bin``) gives its
     pickled structure with NumPy arrays for the tensors, read
     without torch by an unpickler that refuses any global a state dict does not need (the rule
-    of ``torch.load(weights_only=True)``; see docs/io.md).  A file without spruce metadata (a
+    of ``torch.load(weights_only=True)``; see docs/io.md).  A GGUF file (llama.cpp's format:
+    ``.gguf``, or the GGUF magic number) gives its tensors nested by their dotted names, in
+    NumPy's shape order, F16, BF16 and the quantized types (Q4_0 ... Q8_0, the K-quants)
+    dequantized to float32 as ggml does (other GGUF types: CheckpointError naming the tensor;
+    typed metadata: ``read_gguf_metadata``).  A file without spruce metadata (a
     Hugging Face safetensors file, a ``numpy.savez`` archive) is nested by ``unflatten_names``: dicts,
     with lists where the name components are 0, 1, ..., n-1; so is a dict of a PyTorch file whose
     keys are dotted names (a ``state_dict``: ``'0.weight'`` gives ``{'0': {'weight': ...}}``), so
@@ -548,8 +652,8 @@ def load(
     it through the map 5-15 ms, with the pages in the kernel's shared, reclaimable cache.)
 
     Args:
-      path: a .safetensors, .npz or PyTorch (``torch.save``) file (the format is sniffed from
-        the content unless the suffix is .safetensors or .npz); a str, bytes or os.PathLike.
+      path: a .safetensors, .npz, PyTorch (``torch.save``) or GGUF file (the format is sniffed
+        from the content unless the suffix is .safetensors or .npz); a str, bytes or os.PathLike.
       like: optional pytree giving the structure and the expected leaves.
       strict: if True, every leaf of ``like`` must be in the file and every tensor of the file
         must be used (for a file with spruce metadata, without ``like``: used by the stored
@@ -667,7 +771,12 @@ def _load_plain(
     entries = _renamed(_entries(parsed, doc), rename)
     # (the names of the file's data: leaves that save left out hold none)
     flat = {target: _plain(array, spec) for target, (_, spec) in entries.items() if not spec.skipped}
-    return unflatten_names(flat), [], []
+    try:
+        return unflatten_names(flat), [], []
+    except ValueError as e:  # names that cannot nest ('a' beside 'a.b'): the file's, or rename's
+        raise CheckpointError(
+            f"the tensor names cannot be nested: {e}; load(path, rename=...) can give them names that nest", parsed.path
+        ) from None
 
 
 def _refuse_skipped(parsed: Parsed, skipped: list[LeafSpec]) -> None:

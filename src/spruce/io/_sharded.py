@@ -21,12 +21,13 @@ import json
 import os
 import re
 import secrets
-from typing import Any, Final, Mapping, NamedTuple
+from typing import Any, Callable, Final, Mapping, NamedTuple
 
 import numpy as np
 
 from .._arrays import jax_if_imported
 from . import _safetensors, _storage
+from ._async import DEFAULT_BUFFERS, HostBuffers, PendingSave, barrier, start_transfers
 from ._dtypes import CODE_OF_NAME, SAFETENSORS_CODES, SAFETENSORS_NAMES, dtype_of
 from ._errors import CheckpointError
 from ._files import (
@@ -169,7 +170,8 @@ def _data(x: Any, dev: Any, local: Mapping[Any, Any], rel: tuple[slice, ...], pa
 
 
 def _write_piece(path: str, blocks: list[_Block], arrays: Mapping[str, Any]) -> None:
-    """Stream ``blocks`` into a safetensors file at ``path`` (fsynced)."""
+    """Stream ``blocks`` into a safetensors file at ``path`` (fsynced); if anything fails, the
+    partial file is removed."""
     header: dict[str, Any] = {}
     pos = 0
     for b in blocks:
@@ -180,122 +182,100 @@ def _write_piece(path: str, blocks: list[_Block], arrays: Mapping[str, Any]) -> 
         pos += n
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
-        f.write(len(raw).to_bytes(8, "little"))
-        f.write(raw)
-        for b in blocks:
-            arr = np.asarray(b.data())
-            if arr.dtype.byteorder == ">":
-                arr = arr.astype(arr.dtype.newbyteorder("<"))
-            arr = np.ascontiguousarray(arr)
-            f.write(arr.reshape(-1).view(np.uint8).data)
-            del arr
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "wb") as f:
+            f.write(len(raw).to_bytes(8, "little"))
+            f.write(raw)
+            for b in blocks:
+                arr = np.asarray(b.data())
+                if arr.dtype.byteorder == ">":
+                    arr = arr.astype(arr.dtype.newbyteorder("<"))
+                arr = np.ascontiguousarray(arr)
+                f.write(arr.reshape(-1).view(np.uint8).data)
+                del arr
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        _unlink(path)
+        raise
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _remove_old_pieces(p: str, keep: set[str], options: Mapping[str, Any] | None = None) -> None:
+    try:
+        names = _storage.listdir(p, options) if _storage.is_url(p) else os.listdir(p)
+    except OSError:
+        return
+    _discard(p, [old for old in names if PIECE.match(old) and old not in keep], options)
+
+
+def _discard(folder: str, names: list[str], options: Mapping[str, Any] | None) -> None:
+    """Remove the pieces ``names`` (best effort)."""
+    for name in names:
+        if _storage.is_url(folder):
+            try:
+                _storage.remove(_storage.join(folder, name), options)
+            except OSError:
+                pass
+        else:
+            _unlink(os.path.join(folder, name))
 
 
 def _put_piece(
     folder: str, file: str, blocks: list[_Block], arrays: Mapping[str, Any], options: Mapping[str, Any] | None
 ) -> None:
-    """Write this process's piece ``file`` in ``folder``: streamed to the file (a local folder)
-    or to a local temporary file uploaded in one put (a URL).  A piece that fails to be written
-    is removed."""
-    path = _storage.join(folder, file)
+    """Write this process's piece ``file`` in ``folder``: streamed to the file (a local folder;
+    removed if anything fails) or to a local temporary file uploaded in one put (a URL)."""
     if _storage.is_url(folder):
-        _storage.put(path, lambda tmp: _write_piece(tmp, blocks, arrays), options)
-        return
-    try:
-        _write_piece(path, blocks, arrays)
-    except BaseException:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-        raise
-
-
-def _commit(folder: str, text: bytes, keep: set[str], options: Mapping[str, Any] | None) -> None:
-    """Write the index (the commit point: atomically replaced in a local folder, one put of a
-    small object on a store), then remove the pieces of older checkpoints."""
-    if not _storage.is_url(folder):
-
-        def write(tmp: str) -> None:
-            with open(tmp, "wb") as f:
-                f.write(text)
-
-        atomic_write(os.path.join(folder, INDEX), write)
-        names = os.listdir(folder)
+        _storage.put(_storage.join(folder, file), lambda tmp: _write_piece(tmp, blocks, arrays), options)
     else:
+        _write_piece(os.path.join(folder, file), blocks, arrays)
+
+
+def _write_index(folder: str, text: bytes, options: Mapping[str, Any] | None) -> None:
+    """The commit point: the index replaced atomically in a local folder, one put of a small
+    object on a store (written last, after every piece)."""
+    if _storage.is_url(folder):
         _storage.write_bytes(_storage.join(folder, INDEX), text, options)
-        names = _storage.listdir(folder, options)
-    _discard(folder, [old for old in names if PIECE.match(old) and old not in keep], options)
+        return
+
+    def write_index(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(text)
+
+    atomic_write(os.path.join(folder, INDEX), write_index)
 
 
-def _discard(folder: str, names: list[str], options: Mapping[str, Any] | None) -> None:
-    """Remove the pieces ``names`` of a save that did not commit (best effort)."""
-    for name in names:
-        try:
-            if _storage.is_url(folder):
-                _storage.remove(_storage.join(folder, name), options)
-            else:
-                os.unlink(os.path.join(folder, name))
-        except OSError:
-            pass
+class ShardedJob(NamedTuple):
+    """A sharded save prepared at call time (``prepare``): the metadata, the arrays (their
+    shapes and dtypes name the index's tensors), every block with its writer, the piece file
+    of each writing process, this process's rank and the process count, and the host buffers
+    holding this process's blocks (asynchronous saves only)."""
+
+    meta: dict[str, str]
+    arrays: Mapping[str, Any]
+    blocks: list[_Block]
+    files: dict[int, str]
+    me: int
+    processes: int
+    gen: str
+    buffers: list[Any]
 
 
-def save_sharded(
-    directory: Any, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
-    storage_options: Mapping[str, Any] | None = None,
-) -> None:
-    """Write a pytree as a sharded checkpoint: a directory of .safetensors pieces and an index.
-
-    Each process writes only the shards its devices hold, and each distinct shard exactly once
-    (not once per replica): a block held by several processes (a replicated array) goes to the
-    one given the fewest bytes so far, cut into row blocks, one per process, from 8 MiB on, so
-    that the processes share the writing of replicated data.  NumPy arrays and other host
-    leaves — and, with several processes, jax.Arrays that live on one process's devices only —
-    are shared out the same way (every process is expected to hold the same value).  Shards are
-    copied to the host one at a time and streamed to the piece file, so no process gathers an
-    array and the extra memory stays near one shard.  The pieces are plain safetensors files
-    (``safetensors.numpy.load_file`` reads them); ``index.json`` records each tensor's global
-    shape and dtype, which block is in which file, your ``metadata`` and the tree's structure
-    (as ``save`` stores it).  Format: docs/io.md.
-
-    Atomic as a whole: the pieces get a new random generation name, and the checkpoint
-    changes only when ``index.json`` is replaced (write to a temporary file, fsync, rename).  A
-    process killed before that leaves the previous checkpoint at ``directory`` as it was
-    (loadable), plus stray pieces that the next save removes.  After the new index is in
-    place, the pieces of older checkpoints are deleted.
-
-    Under ``jax.distributed`` every process must call it, with the same tree structure;
-    ``directory`` must be on a file system all processes share.  Process 0 draws the
-    generation name and broadcasts it; each process writes its piece; all meet at a barrier
-    (``multihost_utils.sync_global_devices``); process 0 then writes the index and removes
-    old pieces, and all meet again, so that the checkpoint is complete on every process when
-    the call returns.
-
-    Args:
-      directory: the checkpoint directory (created if missing; parents must exist), or a URL
-        (``s3://bucket/prefix``: fsspec, docs/io.md), where each piece is one upload and the
-        index, uploaded last, commits the checkpoint.
-      tree: the pytree; ``jax.Array`` leaves are written shard by shard (typed PRNG keys:
-        their key data, shard by shard), other leaves as ``save`` writes them.
-      metadata: extra str -> str entries (keys must not start with ``spruce.``).
-      skip_code: as for ``save``: leave out functions and other code instead of refusing them.
-      storage_options: for a URL, keyword arguments for its fsspec filesystem.
+def prepare(tree: Any, metadata: Mapping[str, str] | None, skip_code: bool, host: HostBuffers | None = None) -> ShardedJob:
+    """Everything of a sharded save that happens in the caller: checks, the structure, the
+    plan of blocks, the generation name (broadcast from process 0) and, with ``host``, the
+    copy of this process's blocks into host buffers (so that the arrays may change at once).
 
     Raises:
-      ValueError: a leaf that cannot be stored (naming its key path), bad metadata.
-      OSError: an I/O failure, naming ``directory``.
-
-    >>> import os, tempfile, numpy as np
-    >>> d = os.path.join(tempfile.mkdtemp(), 'ckpt')
-    >>> save_sharded(d, {'w': np.arange(4.0), 'step': 3})
-    >>> sorted(os.listdir(d))[-1]
-    'index.json'
+      ValueError: bad metadata; a leaf that cannot be stored or copied to the host.
     """
-    p = _storage.local(os.fsdecode(directory))
-    remote = _storage.resolve(p, storage_options) is not None  # (a bad URL fails before any work)
     meta: dict[str, str] = {}
     for k, v in (metadata or {}).items():
         if type(k) is not str or type(v) is not str:
@@ -312,41 +292,191 @@ def save_sharded(
 
         words = np.frombuffer(bytes.fromhex(gen), dtype=np.uint32)
         gen = np.asarray(multihost_utils.broadcast_one_to_all(words)).astype(np.uint32).tobytes().hex()
+    jarr = getattr(jax_if_imported(), "Array", None)
+    for name, x in enc.arrays.items():
+        if jarr is not None and isinstance(x, jarr) and x.is_deleted():
+            raise ValueError(f"save_sharded: the array {name!r} cannot be copied to the host: it has been deleted (donated?)")
     blocks = _plan(enc.arrays, me, count)
+    taken: list[Any] = []
+    if host is not None:
+        start_transfers(list(enc.arrays.values()))
+        copied = []
+        for b in blocks:
+            if b.data is not None:
+                try:
+                    data = host.copy(b.data(), taken)
+                except Exception as e:
+                    host.release(taken)
+                    raise ValueError(f"save_sharded: the array {b.name!r} cannot be copied to the host: {e}") from e
+                b = b._replace(data=lambda data=data: data)
+            copied.append(b)
+        blocks = copied
+        host.trim()
     writers = sorted({b.process for b in blocks})
     files = {w: f"{gen}-{w:05d}-of-{count:05d}.safetensors" for w in writers}
+    arrays: Mapping[str, Any] = enc.arrays
+    if host is not None:  # (the job keeps no reference to the caller's arrays: their memory may go)
+        arrays = {name: _Shape(tuple(int(d) for d in x.shape), np.dtype(x.dtype)) for name, x in arrays.items()}
+    return ShardedJob(meta, arrays, blocks, files, me, count, gen, taken)
+
+
+class _Shape(NamedTuple):
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+
+def _meet(job: ShardedJob, what: str, background: bool) -> None:
+    if job.processes == 1:
+        return
+    name = f"spruce.io.save_sharded:{job.gen}:{what}"
+    if background:
+        barrier(name)
+    else:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def write(
+    p: str, job: ShardedJob, background: bool = False, commit: Callable[[], None] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> None:
+    """Write a prepared sharded save into directory ``p``: this process's piece, a barrier,
+    then (process 0) the index, ``commit()`` and the removal of older pieces, and a barrier.
+    A failure leaves nothing of this save in ``p`` (its pieces are removed, and ``p`` itself
+    if this call created it and it is empty).  ``background``: the barriers use the
+    distributed runtime's key-value store (``barrier``), safe off the main thread.
+
+    Raises:
+      OSError: an I/O failure, naming ``p``.
+    """
+    remote = _storage.is_url(p)
+    created = not remote and not os.path.exists(p)
+    me, files = job.me, job.files
+    mine = [files[me]] if me in files else []
     try:
-        if not remote:  # (an object store has no folders to make)
-            if os.path.exists(p) and not os.path.isdir(p):
-                raise NotADirectoryError(20, os.strerror(20), p)
-            os.makedirs(p, exist_ok=True)
-        if me in files:
-            _put_piece(p, files[me], [b for b in blocks if b.process == me], enc.arrays, storage_options)
-        if not remote:
-            fsync_dir(p)
-    except OSError as e:
-        raise with_path(e, p) from None
-    if count > 1:
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices(f"spruce.io.save_sharded:{gen}:written")
-    if me == 0:
-        tensors: dict[str, Any] = {}
-        for name, x in enc.arrays.items():
-            tensors[name] = {"dtype": CODE_OF_NAME[np.dtype(x.dtype).name], "shape": [int(d) for d in x.shape], "slices": []}
-        for b in blocks:
-            tensors[b.name]["slices"].append([files[b.process], b.key, [[s, e] for s, e in zip(b.start, b.stop)]])
-        doc = {"format": FORMAT, "version": VERSION, "metadata": meta, "tensors": tensors}
-        text = json.dumps(doc, separators=(",", ":")).encode("utf-8")
         try:
-            _commit(p, text, set(files.values()), storage_options)
+            if not remote:  # (an object store has no folders to make)
+                if os.path.exists(p) and not os.path.isdir(p):
+                    raise NotADirectoryError(20, os.strerror(20), p)
+                os.makedirs(p, exist_ok=True)
+            if me in files:
+                _put_piece(p, files[me], [b for b in job.blocks if b.process == me], job.arrays, storage_options)
+            if not remote:
+                fsync_dir(p)
         except OSError as e:
-            _discard(p, list(files.values()), storage_options)  # (no index: nothing committed)
             raise with_path(e, p) from None
-    if count > 1:
-        from jax.experimental import multihost_utils
+        _meet(job, "written", background)
+        if me == 0:
+            mine = list(files.values())  # (every piece is complete once all met)
+            tensors: dict[str, Any] = {}
+            for name, x in job.arrays.items():
+                tensors[name] = {"dtype": CODE_OF_NAME[np.dtype(x.dtype).name], "shape": [int(d) for d in x.shape], "slices": []}
+            for b in job.blocks:
+                tensors[b.name]["slices"].append([files[b.process], b.key, [[s, e] for s, e in zip(b.start, b.stop)]])
+            doc = {"format": FORMAT, "version": VERSION, "metadata": job.meta, "tensors": tensors}
+            text = json.dumps(doc, separators=(",", ":")).encode("utf-8")
+            try:
+                _write_index(p, text, storage_options)
+            except OSError as e:
+                raise with_path(e, p) from None
+            if remote:  # (not moved: pieces of an interrupted earlier save go before the commit)
+                _remove_old_pieces(p, set(files.values()), storage_options)
+            if commit is not None:
+                commit()  # (which may move p: a fresh folder, with no older pieces)
+            mine = []  # committed: nothing of it is removed any more
+            if commit is None and not remote:
+                _remove_old_pieces(p, set(files.values()), storage_options)
+    except BaseException:
+        _discard(p, mine, storage_options)
+        if created:
+            try:
+                os.rmdir(p)
+            except OSError:
+                pass
+        raise
+    _meet(job, "committed", background)
 
-        multihost_utils.sync_global_devices(f"spruce.io.save_sharded:{gen}:committed")
+
+def save_sharded(
+    directory: Any, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
+    blocking: bool = True, storage_options: Mapping[str, Any] | None = None,
+) -> PendingSave | None:
+    """Write a pytree as a sharded checkpoint: a directory of .safetensors pieces and an index.
+
+    Each process writes only the shards its devices hold, and each distinct shard exactly once
+    (not once per replica): a block held by several processes (a replicated array) goes to the
+    one given the fewest bytes so far, cut into row blocks, one per process, from 8 MiB on, so
+    that the processes share the writing of replicated data.  NumPy arrays and other host
+    leaves — and, with several processes, jax.Arrays that live on one process's devices only —
+    are shared out the same way (every process is expected to hold the same value).  Shards are
+    copied to the host one at a time and streamed to the piece file, so no process gathers an
+    array and the extra memory stays near one shard (with ``blocking=False``: the host copy of
+    this process's shards, taken at call time, and nothing more).  The pieces are plain
+    safetensors files
+    (``safetensors.numpy.load_file`` reads them); ``index.json`` records each tensor's global
+    shape and dtype, which block is in which file, your ``metadata`` and the tree's structure
+    (as ``save`` stores it).  Format: docs/io.md.
+
+    Atomic as a whole: the pieces get a new random generation name, and the checkpoint
+    changes only when ``index.json`` is replaced (write to a temporary file, fsync, rename).  A
+    process killed before that leaves the previous checkpoint at ``directory`` as it was
+    (loadable), plus stray pieces that the next save removes; a save that fails with an
+    error removes its own pieces (and ``directory`` if it created it).  After the new index is
+    in place, the pieces of older checkpoints are deleted.
+
+    Under ``jax.distributed`` every process must call it, with the same tree structure;
+    ``directory`` must be on a file system all processes share.  Process 0 draws the
+    generation name and broadcasts it; each process writes its piece; all meet at a barrier
+    (``multihost_utils.sync_global_devices``; with ``blocking=False``, the distributed
+    runtime's key-value store, which is safe in a background thread); process 0 then writes
+    the index and removes old pieces, and all meet again, so that the checkpoint is complete
+    on every process when the call (or ``wait()``) returns.
+
+    Args:
+      directory: the checkpoint directory (created if missing; parents must exist), or a URL
+        (``s3://bucket/prefix``: fsspec, docs/io.md), where each piece is one upload and the
+        index, uploaded last, commits the checkpoint.
+      tree: the pytree; ``jax.Array`` leaves are written shard by shard (typed PRNG keys:
+        their key data, shard by shard), other leaves as ``save`` writes them.
+      metadata: extra str -> str entries (keys must not start with ``spruce.``).
+      skip_code: as for ``save``: leave out functions and other code instead of refusing them.
+      blocking: True (default): return when the checkpoint is complete.  False: return a
+        ``PendingSave`` as soon as this process's shards are copied to host memory, and write
+        in a background thread (see ``save``).
+      storage_options: for a URL, keyword arguments for its fsspec filesystem.
+
+    Returns:
+      None, or with ``blocking=False`` a ``PendingSave``.
+
+    Raises:
+      ValueError: a leaf that cannot be stored or copied to the host (naming its key path or
+        name), bad metadata; raised by the call even with ``blocking=False``.
+      OSError: an I/O failure, naming ``directory`` (with ``blocking=False``: from
+        ``PendingSave.wait()``, except a ``directory`` that is a file, found at call time).
+
+    >>> import os, tempfile, numpy as np
+    >>> d = os.path.join(tempfile.mkdtemp(), 'ckpt')
+    >>> save_sharded(d, {'w': np.arange(4.0), 'step': 3})
+    >>> sorted(os.listdir(d))[-1]
+    'index.json'
+    """
+    p = _storage.local(os.fsdecode(directory))
+    remote = _storage.resolve(p, storage_options) is not None  # (a bad URL fails before any work)
+    if blocking:
+        write(p, prepare(tree, metadata, skip_code), storage_options=storage_options)
+        return None
+    if not remote and os.path.exists(p) and not os.path.isdir(p):
+        raise NotADirectoryError(20, os.strerror(20), p)
+    job = prepare(tree, metadata, skip_code, DEFAULT_BUFFERS)
+
+    def work() -> None:
+        try:
+            write(p, job, background=True, storage_options=storage_options)
+        finally:
+            DEFAULT_BUFFERS.release(job.buffers)
+
+    return PendingSave(p, work)
 
 
 # -- reading -----------------------------------------------------------------------------------------

@@ -331,6 +331,20 @@ class RemoteStore:
     def makedirs(self, path: str) -> None:
         """Nothing: a prefix exists once an object is written under it."""
 
+    def rename(self, src: str, dst: str) -> None:
+        """Not available: an object store has no atomic rename (callers write in place)."""
+        raise OSError(errno.ENOTSUP, "an object store has no atomic rename", src)
+
+    def hold(self, folder: str) -> tuple[Any, bool]:
+        """No lock on an object store: never known to be a folder's only user."""
+        return None, False
+
+    def share(self, handle: Any) -> None:
+        pass
+
+    def release(self, handle: Any) -> None:
+        pass
+
     def remove_tree(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm(self._inner(path), recursive=True)
@@ -341,7 +355,7 @@ class RemoteStore:
     def write_small(self, path: str, data: bytes) -> None:
         write_bytes(path, data, self.options)
 
-    def read_small(self, path: str, limit: int) -> bytes:
+    def read_small(self, path: str, limit: int = (1 << 20) + 1) -> bytes:
         """The first ``limit`` bytes of the object ``path``.
 
         Raises:

@@ -27,6 +27,10 @@ done by the import hook described in ``spruce/_jax_bridge.py``).
 
 from __future__ import annotations
 
+from .._extras import require as _require
+
+_require("spruce.jax", "jax")  # before the imports below: a missing package names the extra to install
+
 from .. import _jax_bridge
 from ._closure import filter_closure_convert as filter_closure_convert
 from ._custom import filter_custom_jvp as filter_custom_jvp

@@ -75,7 +75,7 @@ class _ClosureConverted:
         """The array leaves of ``(args, kwargs)``, after checking that they fit the arguments
         the function was converted for."""
         sig = self._sig
-        leaves_with_path = _tree.leaves_with_path((args, kwargs))
+        leaves_with_path: list[tuple[Any, Any]] = _tree.leaves_with_path((args, kwargs))
         treedef = _tree.structure((args, kwargs))
         if treedef != sig.in_def:
             raise ValueError(

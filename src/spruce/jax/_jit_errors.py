@@ -59,7 +59,8 @@ def _call_error(err: Exception, args: tuple[Any, ...], kwargs: dict[str, Any], k
     None to re-raise ``err`` as it is.  Cases: an array argument was deleted (donated to an
     earlier call); JAX's errors about an argument and its ``in_shardings`` entry, which name a
     position in filter_jit's list of array leaves (``dyn[2]``) or no argument at all."""
-    dyn = [(p, x) for p, x in _tree.leaves_with_path((args, kwargs)) if _is_dynamic(x)]
+    pairs: list[tuple[Any, Any]] = _tree.leaves_with_path((args, kwargs))
+    dyn = [(p, x) for p, x in pairs if _is_dynamic(x)]
     for path, x in dyn:
         try:
             gone = isinstance(x, jax.Array) and x.is_deleted()

@@ -18,6 +18,10 @@ import this package).
 384
 """
 
+from .._extras import require as _require
+
+_require("spruce.models", "models", "numpy", "jax")  # before the imports below: a missing package names the extra to install
+
 from . import bert as bert
 from . import crepe as crepe
 from . import minilm as minilm

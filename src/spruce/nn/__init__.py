@@ -39,6 +39,10 @@ fields): relu, gelu, silu, swish, sigmoid, tanh, softplus, elu, leaky_relu, soft
 log_softmax, and ``identity``.
 """
 
+from .._extras import require as _require
+
+_require("spruce.nn", "jax")  # before the imports below: a missing package names the extra to install
+
 from jax.nn import elu as elu
 from jax.nn import gelu as gelu
 from jax.nn import leaky_relu as leaky_relu

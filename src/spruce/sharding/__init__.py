@@ -28,6 +28,10 @@ that must match the whole name.  The first rule that matches wins.
 {'embed': P('model', None), 'layers': [{'w': P(None, 'model'), 'b': P()}]}
 """
 
+from .._extras import require as _require
+
+_require("spruce.sharding", "jax")  # before the imports below: a missing package names the extra to install
+
 from .._place import ShardingError as ShardingError
 from ._explain import Explanation as Explanation
 from ._explain import Row as Row

@@ -14,6 +14,10 @@ Only spruce's public engine and NumPy are used; JAX is never imported here (JAX 
 with ``numpy.asarray``).
 """
 
+from .._extras import require as _require
+
+_require("spruce.view", "view")  # before the imports below: a missing package names the extra to install
+
 from ._diff import TensorDiff as TensorDiff
 from ._diff import diff as diff
 from ._diff import diff_html as diff_html
