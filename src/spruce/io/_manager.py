@@ -204,9 +204,17 @@ class CheckpointManager:
     nothing else.  Restoring in one process while another saves is safe: the reader sees
     committed steps only.
 
+    On an object store (a URL: ``s3://bucket/run``, ``gs://...``, ``memory://...``, through
+    fsspec), which has no atomic rename, a step is written under its final name ``step_<n>/``
+    (a file in one upload, or pieces then index) and committed by its marker, written last.
+    There is no lock either: a manager that starts deletes only the uncommitted steps older
+    than the newest committed one (a newer one may be another process's save in progress),
+    and a save of step ``n`` first removes what an interrupted save of ``n`` left.
+
     Args:
-      directory: a local folder (created if missing, with its parents).  A path that is a
-        regular file is an error.
+      directory: a local folder (created if missing, with its parents), or a URL handled by
+        fsspec (``pip install spruce[cloud]``; docs/io.md).  A path that is a regular file is
+        an error.
       keep_last: how many of the newest committed steps to keep (an int >= 1), or None to
         keep every step.
       keep_best: how many of the best committed steps to keep besides (by ``metric``).
@@ -216,12 +224,12 @@ class CheckpointManager:
       mode: ``'min'`` (a smaller value is better) or ``'max'``.  On a tie the newer step wins.
       blocking: False (default): ``save`` returns once the tree is in host memory and writes
         in a background thread.  True: ``save`` returns when the step is committed.
-      storage_options: options for the storage backend (kept in ``storage_options``; a local
-        folder needs none).
+      storage_options: for a URL, keyword arguments for its fsspec filesystem (for s3fs:
+        ``endpoint_url``, ``key``, ``secret``, ...); kept in ``storage_options``.
 
     Raises:
       ValueError: a bad ``keep_last``, ``keep_best``, ``mode``; ``keep_best > 0`` without
-        ``metric``; a URL (this manager writes local folders).
+        ``metric``; a URL whose scheme fsspec does not know.
       NotADirectoryError: ``directory`` is a regular file.
       OSError: the directory cannot be created or read.
 
