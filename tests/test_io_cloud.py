@@ -86,7 +86,8 @@ def test_local_paths_need_no_fsspec_and_urls_say_how_to_get_it(tmp_path: Any) ->
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert len(lines) == 2 and all("pip install spruce[cloud]" in line for line in lines), proc.stdout
+    assert len(lines) == 2, proc.stdout
+    assert all("needs fsspec" in line and "pip install 'spruce[cloud]'" in line for line in lines), proc.stdout
 
 
 def test_unknown_scheme_is_one_clear_error() -> None:

@@ -28,8 +28,6 @@ _URL: Final = re.compile(r"\A([A-Za-z][A-Za-z0-9+.\-]+)://")
 _READAHEAD: Final = 64 << 10
 _OPTIONS: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar("spruce_storage_options", default=None)
 
-_INSTALL: Final = "pip install spruce[cloud]"
-
 
 def is_url(path: str) -> bool:
     """True if ``path`` starts with ``scheme://`` (a scheme of two or more characters, so a
@@ -50,10 +48,11 @@ def join(path: str, name: str) -> str:
 
 
 def _fsspec() -> Any:
-    try:
-        import fsspec
-    except ImportError:
-        raise ImportError(f"spruce.io: URLs (object stores, memory://) need fsspec: {_INSTALL}") from None
+    from .._extras import require
+
+    require("spruce.io's URLs (object stores, memory://)", "cloud", "fsspec")  # (or an ImportError naming the extra)
+    import fsspec
+
     return fsspec
 
 
