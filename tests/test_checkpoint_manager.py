@@ -459,12 +459,12 @@ _KILLED = textwrap.dedent(
         print("stopped", flush=True)
         threading.Event().wait()
 
-    def write_file(p, job):
+    def write_file(p, job, *rest):
         if where == "file":
             with open(p + ".part", "wb") as f:
                 f.write(b"half of a file")
             stop()
-        real_write(p, job)
+        real_write(p, job, *rest)
 
     def write_small(path, data):
         if where == "marker":
