@@ -20,11 +20,13 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # What must be pinned for the build and the suite to be reproducible: JAX (its tree_util is the
 # oracle of the differential tests), NumPy (its array printing is checked), ml_dtypes, optax,
 # optree, hypothesis (the suite's examples are derandomized, so they follow its version), and the
-# type checkers of tests/test_static_typing.py (their verdicts change between versions).
+# type checkers of tests/test_static_typing.py (their verdicts change between versions);
+# fsspec, s3fs and moto for the object-store tests (s3fs pins its own fsspec version).
 # Python 3.11 stays on jax 0.10.2 (jaxlib 0.12 has no 3.11 wheel); 3.12 and 3.13 get the newest.
 # To add an interpreter: a PINS_X.Y line and X.Y in MATRIX.  Test-only packages that one
 # interpreter needs (or must not get) go in TEST_EXTRAS_X.Y.
-PINS_COMMON := basedpyright==1.40.2 gguf==0.19.0 hypothesis==6.170.17 ml_dtypes==0.7.0 optax==0.2.8 optree==0.20.0 pyrefly==1.5.0
+PINS_COMMON := basedpyright==1.40.2 gguf==0.19.0 hypothesis==6.170.17 ml_dtypes==0.7.0 optax==0.2.8 optree==0.20.0 pyrefly==1.5.0 \
+	fsspec==2026.9.0 s3fs==2026.9.0 "moto[server]==5.2.5"
 PINS_3.11 := jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 $(PINS_COMMON)
 PINS_3.12 := jax==0.12.0.1 jaxlib==0.12.0.1 numpy==2.5.5 $(PINS_COMMON)
 PINS_3.13 := $(PINS_3.12)

@@ -603,7 +603,9 @@ _WORKER = textwrap.dedent(
     tree = {"embed": np.arange(16 * 8, dtype=np.float32).reshape(16, 8),
             "layers": [{"w": np.arange(64, dtype=np.float32).reshape(8, 8) * (i + 1),
                         "b": np.ones(8, np.float32)} for i in range(2)],
-            "step": 5}
+            "step": 5,
+            # replicated on both processes, 9 MiB: written in two row blocks, one by each
+            "big": np.arange(2304 * 1024, dtype=np.float32).reshape(2304, 1024)}
     rules = sh.Rules([("embed", P("model", "data")), ("layers.*.w", P("data", None)), ("**", None)])
     placed = sh.shard(tree, mesh, rules)
     assert not placed["embed"].is_fully_addressable
@@ -647,13 +649,22 @@ def test_two_processes_save_one_checkpoint(tmp_path: Any) -> None:
     np.testing.assert_array_equal(tree["embed"], np.arange(16 * 8, dtype=np.float32).reshape(16, 8))
     np.testing.assert_array_equal(tree["layers"][1]["w"], np.arange(64, dtype=np.float32).reshape(8, 8) * 2)
     assert tree["step"] == 5 and sio.read_metadata(folder)["writer"] == "two processes"
+    big = tree["big"]
+    assert big.dtype == np.float32 and np.array_equal(big, np.arange(2304 * 1024, dtype=np.float32).reshape(2304, 1024))
     # each process wrote the blocks its devices own, no block twice
     from safetensors.numpy import load_file
 
     keys = [set(load_file(os.path.join(folder, p))) for p in pieces]
     assert not keys[0] & keys[1]
     assert sum(1 for k in keys[0] | keys[1] if k.startswith("embed")) == 8
-    assert "step" not in keys[0] | keys[1] and "layers.0.b" in keys[0]
+    assert "step" not in keys[0] | keys[1]
+    # the replicated arrays were shared out: each process wrote one row block of 'big' and one
+    # of the two replicated biases (the one that had written fewer bytes so far took each)
+    assert sorted(k for k in keys[0] | keys[1] if k.startswith("big")) == ["big[0:1152,0:1024]", "big[1152:2304,0:1024]"]
+    assert all(any(k.startswith("big") for k in ks) for ks in keys)
+    assert all(len({"layers.0.b", "layers.1.b"} & ks) == 1 for ks in keys)
+    sizes = [os.path.getsize(os.path.join(folder, p)) for p in pieces]
+    assert max(sizes) < 1.1 * min(sizes), sizes
 
 
 @pytest.mark.slow

@@ -33,6 +33,11 @@ dequantized to float32) are read without torch or llama.cpp.
 - ``CheckpointError`` (unreadable / corrupted / unrebuildable file) and ``MismatchError``
   (the file does not fit ``like``), both ValueErrors.
 
+Every path may also be a URL handled by fsspec (``s3://bucket/prefix``, ``gs://...``,
+``memory://...``; ``pip install spruce[cloud]``), with ``storage_options=`` for the store: a
+file is uploaded whole in one put, a sharded checkpoint commits when its index is uploaded
+after every piece, and reads fetch only the byte ranges they need (docs/io.md).
+
 Guarantees: writes are atomic (temporary file, fsync, rename); loading never unpickles and
 validates every header before touching data (a lying or truncated file raises
 CheckpointError without allocating what it declares); arrays of files over 64 MiB are

@@ -21,7 +21,7 @@ from typing import (
 import numpy as np
 
 from .._names import unflatten_names
-from . import _gguf, _npz, _safetensors, _sharded, _torch
+from . import _gguf, _npz, _safetensors, _sharded, _storage, _torch
 from ._async import DEFAULT_BUFFERS, HostBuffers, PendingSave, start_transfers
 from ._dtypes import NPZ_NAMES, SAFETENSORS_NAMES, describe
 from ._errors import CheckpointError, MismatchError
@@ -120,9 +120,10 @@ def _save_format(path: str) -> str:
 
 
 def _fspath(path: Any, function: str) -> str:
-    """``path`` as a str (bytes paths are decoded as ``open()`` does, with os.fsdecode)."""
+    """``path`` as a str (bytes paths are decoded as ``open()`` does, with os.fsdecode); a
+    ``file://`` URL as its local path."""
     try:
-        return os.fsdecode(path)
+        return _storage.local(os.fsdecode(path))
     except TypeError:
         raise TypeError(
             f"{function}: path must be a str, bytes or os.PathLike object, not {type(path).__name__}"
@@ -139,7 +140,7 @@ def _naming(path: str) -> Iterator[None]:
 
 
 def _parse(p: str) -> Parsed:
-    if os.path.isdir(p):  # (a sharded checkpoint was looked for first)
+    if not _storage.is_url(p) and os.path.isdir(p):  # (a sharded checkpoint was looked for first)
         raise IsADirectoryError(errno.EISDIR, f"Is a directory but not a sharded checkpoint (no {_sharded.INDEX})", p)
     low = p.lower()
     if low.endswith(".npz"):
@@ -209,12 +210,15 @@ class _Reader:
     def region(self, name: str, index: Any, detach: bool = False) -> np.ndarray[Any, Any]:
         """The block ``index`` (a tuple of slices) of tensor ``name``; with ``detach``, a new
         array, and the tensor's pages are released from the process (``MappedFile.release``)."""
+        e = self.parsed.tensors.get(name)
+        if self.mapped.remote and index is not None and e is not None and e.offset >= 0:
+            return self.mapped.block(e, index)  # only the block's bytes fetched
         arr = self.array(name)
         block = arr if index is None else arr[tuple(index)]
         if not detach:
             return block
         out = np.array(block)
-        e = self.parsed.tensors[name]
+        assert e is not None
         if e.offset >= 0 and not self.copy:
             self.mapped.release(e)
         return out
@@ -260,7 +264,7 @@ def _doc(parsed: Parsed) -> dict[str, Any] | None:
 # -- public functions ------------------------------------------------------------------------------
 
 
-def read_header(path: PathLike) -> dict[str, TensorInfo]:
+def read_header(path: PathLike, *, storage_options: Mapping[str, Any] | None = None) -> dict[str, TensorInfo]:
     """The tensors of a checkpoint — name, dtype, shape, size, bytes — without reading data.
 
     Reads only the header of a .safetensors file (8 bytes + its JSON header), and only the zip
@@ -269,7 +273,9 @@ def read_header(path: PathLike) -> dict[str, TensorInfo]:
 
     Args:
       path: a .safetensors or .npz file (another suffix: the format is sniffed); a str, bytes
-        or os.PathLike.
+        or os.PathLike; or a URL (``s3://...``, ``memory://...``: fsspec, docs/io.md), of
+        which only the header's bytes are fetched.
+      storage_options: for a URL, keyword arguments for its fsspec filesystem.
 
     Returns:
       ``{name: TensorInfo(dtype, shape, size, nbytes)}``, in the order of the saved tree for a
@@ -290,10 +296,10 @@ def read_header(path: PathLike) -> dict[str, TensorInfo]:
     >>> read_header(path)
     {'w': TensorInfo(dtype='float32', shape=(2, 3), size=6, nbytes=24)}
     """
-    return _read_info(path, "read_header").tensors
+    return _read_info(path, "read_header", storage_options).tensors
 
 
-def read_metadata(path: PathLike) -> dict[str, str]:
+def read_metadata(path: PathLike, *, storage_options: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The str -> str metadata of a checkpoint (safetensors' ``__metadata__``; the
     ``__metadata__.npy`` member of an .npz), without reading tensor data.
 
@@ -313,10 +319,10 @@ def read_metadata(path: PathLike) -> dict[str, str]:
     >>> meta['epoch'], sorted(meta)
     ('3', ['epoch', 'spruce.treedef'])
     """
-    return _read_info(path, "read_metadata").metadata
+    return _read_info(path, "read_metadata", storage_options).metadata
 
 
-def read_info(path: PathLike) -> CheckpointInfo:
+def read_info(path: PathLike, *, storage_options: Mapping[str, Any] | None = None) -> CheckpointInfo:
     """A checkpoint's format, tensors and metadata from one read of its header (what
     ``read_header`` and ``read_metadata`` give, without parsing the file twice).
 
@@ -330,12 +336,13 @@ def read_info(path: PathLike) -> CheckpointInfo:
     >>> info.format, info.tensors, info.metadata['step']
     ('npz', {'w': TensorInfo(dtype='int8', shape=(3,), size=3, nbytes=3)}, '5')
     """
-    return _read_info(path, "read_info")
+    return _read_info(path, "read_info", storage_options)
 
 
-def _read_info(path: PathLike, function: str) -> CheckpointInfo:
+def _read_info(path: PathLike, function: str, storage_options: Mapping[str, Any] | None) -> CheckpointInfo:
     p = _fspath(path, function)
-    with _naming(p):
+    _storage.resolve(p, storage_options)  # (a bad URL is named as given)
+    with _storage.reading(storage_options), _naming(p):
         parsed = _parse_any(p)
     names = list(parsed.tensors)
     try:
@@ -368,23 +375,23 @@ def load_flat(path: PathLike) -> dict[str, Any]:
 @overload
 def save(
     path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
-    blocking: Literal[True] = True,
+    blocking: Literal[True] = True, storage_options: Mapping[str, Any] | None = None,
 ) -> None: ...
 @overload
 def save(
     path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
-    blocking: Literal[False],
+    blocking: Literal[False], storage_options: Mapping[str, Any] | None = None,
 ) -> PendingSave: ...
 @overload
 def save(
     path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
-    blocking: bool,
+    blocking: bool, storage_options: Mapping[str, Any] | None = None,
 ) -> PendingSave | None: ...
 
 
 def save(
     path: PathLike, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
-    blocking: bool = True,
+    blocking: bool = True, storage_options: Mapping[str, Any] | None = None,
 ) -> PendingSave | None:
     """Write a pytree to a .safetensors or .npz checkpoint, atomically.
 
@@ -435,7 +442,8 @@ def save(
 
     Args:
       path: the file (a str, bytes or os.PathLike); its suffix, ``.safetensors`` or ``.npz``,
-        chooses the format.
+        chooses the format.  A URL (``s3://bucket/model.safetensors``: fsspec, docs/io.md)
+        is written in one upload of the finished file, which appears only when complete.
       tree: the pytree to save (a spruce Module included).
       metadata: extra str -> str entries for the file's metadata (keys must not start with
         ``spruce.``).
@@ -446,6 +454,7 @@ def save(
         format cannot hold is refused either way.
       blocking: True (default): return when the file is in place.  False: return a
         ``PendingSave`` once the data is in host memory, and write in the background.
+      storage_options: for a URL, keyword arguments for its fsspec filesystem.
 
     Raises:
       ValueError: an unknown suffix; a leaf that cannot be stored (its key path is named); two
@@ -468,20 +477,22 @@ def save(
     {'w': array([1., 1.]), 'act': <ufunc 'tanh'>}
     """
     p = _fspath(path, "save")
+    remote = _storage.resolve(p, storage_options) is not None  # (a bad URL fails before any work)
     if blocking:
-        write_file(p, prepare_file(p, tree, metadata, skip_code))
+        write_file(p, prepare_file(p, tree, metadata, skip_code), storage_options)
         return None
-    target = os.path.realpath(p)
-    if os.path.isdir(target):
-        raise IsADirectoryError(errno.EISDIR, "Is a directory, not a regular file", p)
-    folder = os.path.dirname(os.path.abspath(target))
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(errno.ENOENT, f"the folder {folder!r} does not exist", p)
+    if not remote:
+        target = os.path.realpath(p)
+        if os.path.isdir(target):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory, not a regular file", p)
+        folder = os.path.dirname(os.path.abspath(target))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(errno.ENOENT, f"the folder {folder!r} does not exist", p)
     job = prepare_file(p, tree, metadata, skip_code, DEFAULT_BUFFERS)
 
     def work() -> None:
         try:
-            write_file(p, job)
+            write_file(p, job, storage_options)
         finally:
             DEFAULT_BUFFERS.release(job.buffers)
 
@@ -535,32 +546,36 @@ def prepare_file(
     return FileJob(fmt, arrays, meta, taken)
 
 
-def write_file(p: str, job: FileJob) -> None:
-    """Write a prepared save to ``p`` atomically (``atomic_write``)."""
+def write_file(p: str, job: FileJob, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Write a prepared save to ``p`` atomically (``atomic_write``); to a URL, in one upload of
+    the finished file (no rename on object stores)."""
     writer = _safetensors.write if job.fmt == "safetensors" else _npz.write
-    atomic_write(p, lambda tmp: writer(tmp, job.arrays, job.meta, p))
+    if _storage.is_url(p):
+        _storage.put(p, lambda tmp: writer(tmp, job.arrays, job.meta, p), storage_options)
+    else:
+        atomic_write(p, lambda tmp: writer(tmp, job.arrays, job.meta, p))
 
 
 @overload
 def load(
     path: PathLike, like: Any = None, *, strict: Literal[True] = True, rename: Rename | None = None, shardings: Any = None,
-    dtype: Any = None, mmap: bool = True,
+    dtype: Any = None, mmap: bool = True, storage_options: Mapping[str, Any] | None = None,
 ) -> Any: ...
 @overload
 def load(
     path: PathLike, like: Any = None, *, strict: Literal[False], rename: Rename | None = None, shardings: Any = None,
-    dtype: Any = None, mmap: bool = True,
+    dtype: Any = None, mmap: bool = True, storage_options: Mapping[str, Any] | None = None,
 ) -> LoadResult: ...
 @overload
 def load(
     path: PathLike, like: Any = None, *, strict: bool, rename: Rename | None = None, shardings: Any = None,
-    dtype: Any = None, mmap: bool = True,
+    dtype: Any = None, mmap: bool = True, storage_options: Mapping[str, Any] | None = None,
 ) -> Any: ...
 
 
 def load(
     path: PathLike, like: Any = None, *, strict: bool = True, rename: Rename | None = None, shardings: Any = None,
-    dtype: Any = None, mmap: bool = True,
+    dtype: Any = None, mmap: bool = True, storage_options: Mapping[str, Any] | None = None,
 ) -> Any:
     """Read a checkpoint written by ``save`` or ``save_sharded`` — or by another tool — into a
     pytree.
@@ -672,7 +687,12 @@ def load(
       mmap: True (default): arrays are views of the file read whole (at most 64 MiB) or of a
         copy-on-write memory map (larger files).  False: every array is read from the file
         into memory of its own before ``load`` returns, at any size, so that nothing refers to
-        the file afterwards (rewriting or truncating it cannot disturb the arrays).
+        the file afterwards (rewriting or truncating it cannot disturb the arrays).  From a
+        URL, arrays are always read into memory of their own.
+      storage_options: for a URL (``path`` may be ``s3://...``, ``gs://...``,
+        ``memory://...``: fsspec, docs/io.md), keyword arguments for its fsspec filesystem.
+        Only byte ranges are fetched: the header, then the tensors loaded (with
+        ``shardings``, each device's block alone).
 
     Returns:
       The tree; with ``strict=False``, a ``LoadResult``.
@@ -709,7 +729,8 @@ def load(
     cast = _Cast(dtype)
     if cast.like and like is None and shardings is None:
         raise ValueError("load: dtype='like' casts to the dtypes of like's leaves: pass like=")
-    with _naming(p):
+    _storage.resolve(p, storage_options)  # (a bad URL is named as given)
+    with _storage.reading(storage_options), _naming(p):
         return _load(p, like, strict, rename, shardings, cast, mmap)
 
 

@@ -3,17 +3,20 @@ regular files, atomic writes, and OSErrors that name the file."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import mmap
 import os
 import secrets
 import stat
-from typing import Any, Callable, Final, NamedTuple
+from typing import IO, Any, Callable, Final, NamedTuple, cast
 
 import numpy as np
 
+from . import _storage
 from ._errors import CheckpointError
+from ._storage import RemoteFile
 
 
 class Entry(NamedTuple):
@@ -56,10 +59,13 @@ class Parsed(NamedTuple):
     structure: dict[str, Any] | None = None
 
 
-def identity(fd: int) -> tuple[int, ...]:
-    """Device, inode, size and modification time of an open file: if they change between
-    parsing the header and mapping the data, the file was replaced or rewritten."""
-    s = os.fstat(fd)
+def identity(f: IO[bytes]) -> tuple[int, ...]:
+    """Device, inode, size and modification time of an open file (an object's size and ETag):
+    if they change between parsing the header and reading the data, the file was replaced or
+    rewritten."""
+    if isinstance(f, RemoteFile):
+        return f.ident
+    s = os.fstat(f.fileno())
     return (s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns)
 
 
@@ -91,8 +97,9 @@ def _check_regular(mode: int, path: str) -> None:
     raise CheckpointError(f"not a regular file but {kind}; checkpoints are read from regular files only", path)
 
 
-def open_regular(path: str) -> io.BufferedReader:
-    """Open ``path`` for reading if it is a regular file.
+def open_regular(path: str) -> IO[bytes]:
+    """Open ``path`` for reading if it is a regular file; a URL opens its object
+    (``_storage.RemoteFile``, read by byte ranges).
 
     The path is checked with ``os.stat`` before opening (opening a FIFO would wait for a
     writer; opening a device can have effects), and the opened file again with ``os.fstat``
@@ -103,6 +110,8 @@ def open_regular(path: str) -> io.BufferedReader:
       CheckpointError: a FIFO, a device, a socket: not a regular file.
       OSError: the file cannot be opened (naming ``path``).
     """
+    if _storage.is_url(path):
+        return cast(IO[bytes], RemoteFile(path))  # (the methods of a binary file that readers use)
     _check_regular(os.stat(path).st_mode, path)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     fd = os.open(path, flags)
@@ -114,14 +123,14 @@ def open_regular(path: str) -> io.BufferedReader:
         raise
 
 
-def open_same(parsed: Parsed) -> io.BufferedReader:
+def open_same(parsed: Parsed) -> IO[bytes]:
     """Open the parsed file again, checking that it is still the same file.
 
     Raises:
       CheckpointError: the file was replaced or changed since its header was read.
     """
     f = open_regular(parsed.path)
-    if identity(f.fileno()) != parsed.ident:
+    if identity(f) != parsed.ident:
         f.close()
         raise CheckpointError("the file changed while being read (replaced or rewritten); load it again", parsed.path)
     return f
@@ -134,7 +143,7 @@ def shape_size(shape: tuple[int, ...]) -> int:
     return n
 
 
-def _read_into(f: io.BufferedReader, offset: int, buf: memoryview, path: str) -> None:
+def _read_into(f: IO[bytes], offset: int, buf: memoryview, path: str) -> None:
     """Fill ``buf`` with the bytes of ``f`` from ``offset``.
 
     Raises:
@@ -144,7 +153,7 @@ def _read_into(f: io.BufferedReader, offset: int, buf: memoryview, path: str) ->
     f.seek(offset)
     got, n = 0, len(buf)
     while got < n:
-        k = f.readinto(buf[got:])
+        k = cast(io.BufferedReader, f).readinto(buf[got:])  # (RemoteFile has readinto too)
         if not k:
             raise CheckpointError(
                 f"the file was truncated while being read ({offset + got} of the {offset + n} bytes "
@@ -173,9 +182,12 @@ class MappedFile:
 
     def __init__(self, parsed: Parsed, copy: bool = False) -> None:
         self.parsed = parsed
-        self.copy = copy
+        # an object of a remote store is never mapped: each array is read by byte ranges
+        self.remote = _storage.is_url(parsed.path)
+        self.copy = copy or self.remote
+        self.handle: IO[bytes] | None = None
         self.mm: mmap.mmap | np.ndarray[Any, Any] | None = None
-        if copy or not parsed.size:
+        if self.copy or not parsed.size:
             return
         with open_same(parsed) as f:
             if parsed.size <= COPY_BELOW:
@@ -200,7 +212,7 @@ class MappedFile:
 
     def _read(self, e: Entry) -> np.ndarray[Any, Any]:
         """``e`` read from the file into a new array that owns its memory."""
-        with open_same(self.parsed) as f:
+        with self._opened() as f:
             if e.strides is not None:  # the span from the first element to the last, then packed
                 span = e.dtype.itemsize + sum((n - 1) * s for n, s in zip(e.shape, e.strides))
                 raw = np.empty(span, np.uint8)
@@ -211,6 +223,53 @@ class MappedFile:
             out = np.empty(e.shape, e.final_dtype, order="F" if e.fortran else "C")
             _read_into(f, e.offset, out.ravel(order="K").view(np.uint8).data, self.parsed.path)
             return out
+
+    def _opened(self) -> contextlib.AbstractContextManager[IO[bytes]]:
+        """The file, opened again (a local file: checked to be the parsed one) or, for a remote
+        object, the one handle kept for all reads (its readahead block is reused)."""
+        if not self.remote:
+            return open_same(self.parsed)
+        if self.handle is None:
+            self.handle = open_same(self.parsed)
+        return contextlib.nullcontext(self.handle)
+
+    def block(self, e: Entry, index: Any) -> np.ndarray[Any, Any]:
+        """A new array holding the block ``index`` (a tuple of slices) of ``e``.  From a remote
+        object, only the bytes of the block are fetched: one span per contiguous run of it (a
+        block of whole rows is one span), in at most ``_MAX_SPANS`` requests."""
+        if not self.remote or e.strides is not None or e.fortran or e.offset < 0 or e.nbytes == 0:
+            return np.array(self.array(e)[tuple(index)])
+        index = tuple(index) + (slice(None),) * (len(e.shape) - len(tuple(index)))
+        bounds = [sl.indices(n) for sl, n in zip(index, e.shape)]
+        if any(step != 1 for _, _, step in bounds):
+            return np.array(self.array(e)[index])
+        start = [a for a, _, _ in bounds]
+        stop = [max(a, b) for a, b, _ in bounds]
+        shape = tuple(b - a for a, b in zip(start, stop))
+        out = np.empty(shape, e.dtype)
+        if out.size == 0:
+            return out.view(e.view) if e.view is not None else out
+        if shape_size(shape[:-1]) > _MAX_RUNS:  # (columns of a tall matrix) the whole tensor, once
+            return np.array(self.array(e)[index])
+        spans = _runs(e.shape, e.dtype.itemsize, start, stop)
+        dest = out.reshape(-1).view(np.uint8)
+        groups = _group(spans, _MAX_SPANS)
+        with self._opened() as f:
+            assert isinstance(f, RemoteFile)
+            data = f.ranges([(e.offset + g[0][0], e.offset + g[-1][1]) for g in groups])
+        pos = 0
+        for g, raw in zip(groups, data):
+            if len(raw) != g[-1][1] - g[0][0]:
+                raise CheckpointError(
+                    f"the object was truncated while being read (a read of {g[-1][1] - g[0][0]} bytes at "
+                    f"{e.offset + g[0][0]} got {len(raw)}); load it again",
+                    self.parsed.path,
+                )
+            chunk = memoryview(raw)
+            for a, b in g:
+                dest[pos : pos + b - a] = np.frombuffer(chunk[a - g[0][0] : b - g[0][0]], np.uint8)
+                pos += b - a
+        return out.view(e.view) if e.view is not None else out
 
     def release(self, e: Entry) -> None:
         """Drop the pages of the mapping that hold only ``e``'s bytes from this process's
@@ -227,6 +286,39 @@ class MappedFile:
         stop = (e.offset + e.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
         if stop > start:
             self.mm.madvise(advice, start, stop - start)
+
+
+# A block read from a remote object is fetched in at most this many requests: runs of it beyond
+# that are fetched in groups, each group's span whole (the gaps between its runs included).
+_MAX_SPANS: Final = 64
+_MAX_RUNS: Final = 1 << 16
+
+
+def _runs(shape: tuple[int, ...], itemsize: int, start: list[int], stop: list[int]) -> list[tuple[int, int]]:
+    """The contiguous byte runs ``(begin, end)``, in order, of the block ``start:stop`` of a
+    C-order array of ``shape``: the block is whole from some dimension ``k`` on, so each run is
+    one index of the dimensions before ``k`` and the span ``start[k]:stop[k]`` of ``k``."""
+    n = len(shape)
+    k = n
+    while k > 0 and start[k - 1] == 0 and stop[k - 1] == shape[k - 1]:
+        k -= 1
+    strides = [itemsize] * n
+    for d in range(n - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    if k == 0:
+        return [(0, shape_size(shape) * itemsize)]
+    length = (stop[k - 1] - start[k - 1]) * strides[k - 1]
+    base = start[k - 1] * strides[k - 1]
+    runs = [(base, base + length)]
+    for d in range(k - 2, -1, -1):
+        runs = [(a + i * strides[d], b + i * strides[d]) for i in range(start[d], stop[d]) for a, b in runs]
+    return runs
+
+
+def _group(spans: list[tuple[int, int]], most: int) -> list[list[tuple[int, int]]]:
+    """``spans`` in at most ``most`` groups of consecutive spans, as evenly as they divide."""
+    size = -(-len(spans) // most)
+    return [spans[i : i + size] for i in range(0, len(spans), size)]
 
 
 def atomic_write(path: str, write: Callable[[str], None]) -> None:

@@ -326,7 +326,7 @@ def _text(value: Any) -> str:
 def read(path: str) -> tuple[Header, tuple[int, ...]]:
     """The validated header of a GGUF file and the identity of the file read."""
     with open_regular(path) as f:
-        ident = identity(f.fileno())
+        ident = identity(f)
         return parse_header(f, ident[2], path), ident
 
 

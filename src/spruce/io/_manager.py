@@ -29,7 +29,7 @@ import numpy as np
 
 from .._arrays import jax_if_imported
 from ..tree import leaves as _leaves
-from . import _api, _sharded
+from . import _api, _sharded, _storage
 from ._async import HostBuffers, PendingSave
 from ._errors import CheckpointError
 from ._files import atomic_write, fsync_dir, open_regular
@@ -44,7 +44,10 @@ _MAX_MARKER: Final = 1 << 20  # bytes
 
 
 class _Local:
-    """The storage operations the manager needs, on a local (POSIX) file system."""
+    """The storage operations the manager needs, on a local (POSIX) file system (a URL's are
+    ``_storage.RemoteStore``'s, the same methods)."""
+
+    atomic_rename = True  # (a step is written under a temporary name and renamed)
 
     def join(self, folder: str, name: str) -> str:
         return os.path.join(folder, name)
@@ -201,9 +204,17 @@ class CheckpointManager:
     nothing else.  Restoring in one process while another saves is safe: the reader sees
     committed steps only.
 
+    On an object store (a URL: ``s3://bucket/run``, ``gs://...``, ``memory://...``, through
+    fsspec), which has no atomic rename, a step is written under its final name ``step_<n>/``
+    (a file in one upload, or pieces then index) and committed by its marker, written last.
+    There is no lock either: a manager that starts deletes only the uncommitted steps older
+    than the newest committed one (a newer one may be another process's save in progress),
+    and a save of step ``n`` first removes what an interrupted save of ``n`` left.
+
     Args:
-      directory: a local folder (created if missing, with its parents).  A path that is a
-        regular file is an error.
+      directory: a local folder (created if missing, with its parents), or a URL handled by
+        fsspec (``pip install spruce[cloud]``; docs/io.md).  A path that is a regular file is
+        an error.
       keep_last: how many of the newest committed steps to keep (an int >= 1), or None to
         keep every step.
       keep_best: how many of the best committed steps to keep besides (by ``metric``).
@@ -213,12 +224,12 @@ class CheckpointManager:
       mode: ``'min'`` (a smaller value is better) or ``'max'``.  On a tie the newer step wins.
       blocking: False (default): ``save`` returns once the tree is in host memory and writes
         in a background thread.  True: ``save`` returns when the step is committed.
-      storage_options: options for the storage backend (kept in ``storage_options``; a local
-        folder needs none).
+      storage_options: for a URL, keyword arguments for its fsspec filesystem (for s3fs:
+        ``endpoint_url``, ``key``, ``secret``, ...); kept in ``storage_options``.
 
     Raises:
       ValueError: a bad ``keep_last``, ``keep_best``, ``mode``; ``keep_best > 0`` without
-        ``metric``; a URL (this manager writes local folders).
+        ``metric``; a URL whose scheme fsspec does not know.
       NotADirectoryError: ``directory`` is a regular file.
       OSError: the directory cannot be created or read.
 
@@ -258,9 +269,7 @@ class CheckpointManager:
             raise TypeError(f"CheckpointManager: metric must be a str or None, got {type(metric).__name__}")
         if keep_best > 0 and metric is None:
             raise ValueError(f"CheckpointManager: keep_best={keep_best} ranks steps by a metric: pass metric=")
-        d = os.fsdecode(directory)
-        if "://" in d:
-            raise ValueError(f"CheckpointManager: {d!r} is a URL; this spruce writes checkpoints to local folders only")
+        d = _storage.local(os.fsdecode(directory))
         self.directory = d
         self.keep_last = keep_last
         self.keep_best = keep_best
@@ -268,7 +277,9 @@ class CheckpointManager:
         self.mode = mode
         self.blocking = bool(blocking)
         self.storage_options = dict(storage_options or {})
-        self._storage = _Local()
+        self._storage: _Local | _storage.RemoteStore = (
+            _Local() if not _storage.is_url(d) else _storage.RemoteStore(d, self.storage_options or None)
+        )
         self._buffers = HostBuffers()
         self._pending: PendingSave | None = None
         self._pending_step: int | None = None
@@ -278,8 +289,8 @@ class CheckpointManager:
         self._storage.makedirs(d)
         self._hold, alone = self._storage.hold(d)
         try:
-            if alone and self._process() == 0:
-                self._remove_leftovers()
+            if self._process() == 0 and (alone or not self._storage.atomic_rename):
+                self._remove_leftovers(alone)
             self._storage.share(self._hold)
         except BaseException:
             self._storage.release(self._hold)
@@ -399,7 +410,7 @@ class CheckpointManager:
         host = None if self.blocking else self._buffers
         if sharded:
             job = _sharded.prepare(tree, None, False, host)
-            tmp = self._path(f".step_{step}.{job.gen}.tmp")
+            tmp = self._folder(step, job.gen)
 
             def commit() -> None:  # (process 0, before the last barrier: all see retention done)
                 self._commit(step, tmp, "sharded", values)
@@ -409,20 +420,22 @@ class CheckpointManager:
 
             def write() -> None:
                 try:
-                    _sharded.write(tmp, job, background=not self.blocking, commit=commit)
+                    _sharded.write(tmp, job, background=not self.blocking, commit=commit, storage_options=self._options)
                 except BaseException:
                     if self._process() == 0:
                         self._storage.remove_tree(tmp)
                     raise
         else:
             fjob = _api.prepare_file(FILE, tree, None, False, host)
-            tmp = self._path(f".step_{step}.{secrets.token_hex(8)}.tmp")
+            tmp = self._folder(step, secrets.token_hex(8))
             buffers = fjob.buffers
 
             def write() -> None:
                 try:
                     self._storage.makedirs(tmp)
-                    _api.write_file(self._storage.join(tmp, FILE), fjob)
+                    if not self._storage.atomic_rename:  # (one process: nothing else writes there)
+                        self._storage.remove_tree(tmp)  # a leftover of an interrupted save of this step
+                    _api.write_file(self._storage.join(tmp, FILE), fjob, self._options)
                     self._commit(step, tmp, "file", values)
                 except BaseException:
                     self._storage.remove_tree(tmp)
@@ -486,6 +499,17 @@ class CheckpointManager:
     def _path(self, name: str) -> str:
         return self._storage.join(self.directory, name)
 
+    @property
+    def _options(self) -> Mapping[str, Any] | None:
+        return self.storage_options or None
+
+    def _folder(self, step: int, gen: str) -> str:
+        """Where step ``step`` is written: a temporary folder renamed when complete, or, on an
+        object store (no rename), its final folder, which its marker commits."""
+        if self._storage.atomic_rename:
+            return self._path(f".step_{step}.{gen}.tmp")
+        return self._path(f"step_{step}")
+
     @staticmethod
     def _process() -> int:
         jax = jax_if_imported()
@@ -531,15 +555,16 @@ class CheckpointManager:
     def _load(self, step: int, marker: dict[str, Any], like: Any, shardings: Any, strict: bool, dtype: Any) -> Any:
         folder = self._path(f"step_{step}")
         path = folder if marker["layout"] == "sharded" else self._storage.join(folder, FILE)
-        return _api.load(path, like, strict=strict, shardings=shardings, dtype=dtype)
+        return _api.load(path, like, strict=strict, shardings=shardings, dtype=dtype, storage_options=self._options)
 
     def _commit(self, step: int, tmp: str, layout: str, metrics: dict[str, Any]) -> None:
         """Rename the finished ``tmp`` folder to ``step_<n>`` and write its marker (process 0)."""
         final = self._path(f"step_{step}")
         marker = self._path(f"step_{step}.commit")
-        if self._storage.exists(final) and not self._storage.exists(marker):
-            self._storage.remove_tree(final)  # a leftover of an interrupted save of this step
-        self._storage.rename(tmp, final)
+        if tmp != final:
+            if self._storage.exists(final) and not self._storage.exists(marker):
+                self._storage.remove_tree(final)  # a leftover of an interrupted save of this step
+            self._storage.rename(tmp, final)
         doc = {"format": MARKER_FORMAT, "version": MARKER_VERSION, "step": step, "layout": layout, "metrics": metrics}
         try:
             self._storage.write_small(marker, json.dumps(doc).encode("utf-8"))
@@ -573,11 +598,17 @@ class CheckpointManager:
                 self._storage.remove_file(self._path(f"step_{s}.commit"))
                 self._storage.remove_tree(self._path(f"step_{s}"))
 
-    def _remove_leftovers(self) -> None:
-        """Delete temporary step folders and step folders without a commit marker."""
+    def _remove_leftovers(self, alone: bool = True) -> None:
+        """Delete temporary step folders and step folders without a commit marker.  When this
+        manager may not be the directory's only user (an object store, which has no locks),
+        only the uncommitted steps older than the newest committed one: a newer one may be a
+        step another process is writing (steps only grow)."""
         names = set(self._storage.list(self.directory))
+        latest = max((int(m.group(1)) for m in map(_MARKER.match, names) if m is not None), default=-1)
         for name in names:
             m = _STEP.match(name)
+            if not alone and (m is None or int(m.group(1)) >= latest):
+                continue
             if _TMP.match(name) or (m is not None and f"{name}.commit" not in names):
                 path = self._path(name)
                 if self._storage.is_dir(path):

@@ -47,7 +47,7 @@ def parse(path: str) -> Parsed:
       OSError: the file cannot be opened.
     """
     with open_regular(path) as f:
-        ident = identity(f.fileno())
+        ident = identity(f)
         size = ident[2]
         if size < 8:
             raise CheckpointError(

@@ -26,7 +26,7 @@ from typing import Any, Callable, Final, Mapping, NamedTuple
 import numpy as np
 
 from .._arrays import jax_if_imported
-from . import _safetensors
+from . import _safetensors, _storage
 from ._async import DEFAULT_BUFFERS, HostBuffers, PendingSave, barrier, start_transfers
 from ._dtypes import CODE_OF_NAME, SAFETENSORS_CODES, SAFETENSORS_NAMES, dtype_of
 from ._errors import CheckpointError
@@ -48,6 +48,8 @@ VERSION: Final = 1
 MAX_INDEX: Final = 1 << 30  # bytes
 PIECE: Final = re.compile(r"\A([0-9a-f]{16})-(\d{5})-of-(\d{5})\.safetensors\Z")
 _PIECE_FILE: Final = re.compile(r"\A[^/\\\x00]+\.safetensors\Z")
+# A block held by several processes is cut into row blocks, one per holder, from this size on.
+SPLIT_BYTES: Final = 8 << 20
 
 
 class Slice(NamedTuple):
@@ -72,7 +74,9 @@ class Index(NamedTuple):
 
 
 def is_sharded(path: str) -> bool:
-    """True if ``path`` is a directory holding an index file."""
+    """True if ``path`` is a directory (a prefix, for a URL) holding an index file."""
+    if _storage.is_url(path):
+        return _storage.exists(_storage.join(path, INDEX))
     return os.path.isdir(path) and os.path.exists(os.path.join(path, INDEX))
 
 
@@ -103,29 +107,66 @@ class _Block(NamedTuple):
 
 def _plan(arrays: Mapping[str, Any], me: int, count: int = 1) -> list[_Block]:
     """Every distinct block of every array, its writer, and (for this process) its data.
-    With several processes, an array held by this process's devices only (not a global
-    array) is a host value, written by process 0 like a NumPy array."""
+
+    A block that several processes hold (a replicated array, or any host value: a NumPy array
+    or, with several processes, an array held by this process's devices only, which every
+    process is expected to hold the same) is written once, by one of them: the one that has
+    been given the fewest bytes so far, so that the writing of replicated data is shared out.
+    Such a block of at least ``SPLIT_BYTES`` is cut into row blocks, one per holder.  Every
+    process computes the same plan (the same arrays in the same order, the same shardings).
+    Within the writing process, the holder of lowest device id gives the data."""
     jarr = getattr(jax_if_imported(), "Array", None)
     blocks: list[_Block] = []
+    given = [0] * count  # bytes assigned to each process so far
     for name, x in arrays.items():
         shape = tuple(int(d) for d in x.shape)
+        itemsize = np.dtype(x.dtype).itemsize
+        # each distinct box -> {process: the lowest device (None: a host value) holding it there}
+        boxes: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[int, Any]] = {}
+        local: dict[Any, Any] = {}
         if jarr is None or not isinstance(x, jarr) or (count > 1 and x.is_fully_addressable):
-            blocks.append(_Block(name, name, (0,) * len(shape), shape, 0, (lambda x=x: x) if me == 0 else None))
-            continue
-        owners: dict[tuple[tuple[int, ...], tuple[int, ...]], Any] = {}
-        for dev, idx in x.sharding.devices_indices_map(shape).items():
-            bounds = [s.indices(n)[:2] for s, n in zip(idx, shape)]
-            box = (tuple(b[0] for b in bounds), tuple(b[1] for b in bounds))
-            if box not in owners or dev.id < owners[box].id:
-                owners[box] = dev
-        local = {s.device: s for s in x.addressable_shards}
-        for (start, stop), dev in sorted(owners.items()):
-            data = None
-            if dev.process_index == me:
-                shard = local[dev]
-                data = lambda shard=shard: np.asarray(shard.data)  # one shard at a time
-            blocks.append(_Block(name, _key(name, start, stop, shape), start, stop, int(dev.process_index), data))
+            boxes[((0,) * len(shape), shape)] = dict.fromkeys(range(count))
+        else:
+            for dev, idx in x.sharding.devices_indices_map(shape).items():
+                bounds = [sl.indices(n)[:2] for sl, n in zip(idx, shape)]
+                holders = boxes.setdefault((tuple(b[0] for b in bounds), tuple(b[1] for b in bounds)), {})
+                q = int(dev.process_index)
+                if q not in holders or dev.id < holders[q].id:
+                    holders[q] = dev
+            local = {sh.device: sh for sh in x.addressable_shards}
+        for (start, stop), holders in sorted(boxes.items()):
+            procs = sorted(holders, key=lambda q: (given[q], q))
+            rows = stop[0] - start[0] if shape else 0
+            nbytes = shape_size(tuple(b - a for a, b in zip(start, stop))) * itemsize
+            parts = min(len(procs), rows) if nbytes >= SPLIT_BYTES else 1
+            for i in range(max(parts, 1)):
+                q = procs[i]
+                lo, hi = list(start), list(stop)
+                if parts > 1:
+                    lo[0], hi[0] = start[0] + rows * i // parts, start[0] + rows * (i + 1) // parts
+                part = tuple(b - a for a, b in zip(lo, hi))
+                given[q] += shape_size(part) * itemsize
+                data = None
+                if q == me:
+                    data = _data(x, holders[q], local, tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, start)), part)
+                key = _key(name, tuple(lo), tuple(hi), shape)
+                blocks.append(_Block(name, key, tuple(lo), tuple(hi), q, data))
     return blocks
+
+
+def _data(x: Any, dev: Any, local: Mapping[Any, Any], rel: tuple[slice, ...], part: tuple[int, ...]) -> Any:
+    """A callable giving the block ``rel`` (relative to the box) of ``x``'s shard on ``dev``
+    (of ``x`` itself for a host value) as a host array, copied when it is called: one block at
+    a time."""
+    if dev is None:
+        return lambda: np.asarray(x)[rel]
+    shard = local[dev]
+    whole = all(sl.stop - sl.start == n for sl, n in zip(rel, shard.data.shape))
+    if whole:
+        return lambda: np.asarray(shard.data)
+    if getattr(dev, "platform", "") == "cpu":
+        return lambda: np.asarray(shard.data)[rel]  # (a host buffer: a view of it, nothing copied)
+    return lambda: np.asarray(shard.data[rel])  # sliced on the device: only the rows copied
 
 
 def _write_piece(path: str, blocks: list[_Block], arrays: Mapping[str, Any]) -> None:
@@ -166,14 +207,49 @@ def _unlink(path: str) -> None:
         pass
 
 
-def _remove_old_pieces(p: str, keep: set[str]) -> None:
+def _remove_old_pieces(p: str, keep: set[str], options: Mapping[str, Any] | None = None) -> None:
     try:
-        names = os.listdir(p)
+        names = _storage.listdir(p, options) if _storage.is_url(p) else os.listdir(p)
     except OSError:
         return
-    for old in names:
-        if PIECE.match(old) and old not in keep:
-            _unlink(os.path.join(p, old))
+    _discard(p, [old for old in names if PIECE.match(old) and old not in keep], options)
+
+
+def _discard(folder: str, names: list[str], options: Mapping[str, Any] | None) -> None:
+    """Remove the pieces ``names`` (best effort)."""
+    for name in names:
+        if _storage.is_url(folder):
+            try:
+                _storage.remove(_storage.join(folder, name), options)
+            except OSError:
+                pass
+        else:
+            _unlink(os.path.join(folder, name))
+
+
+def _put_piece(
+    folder: str, file: str, blocks: list[_Block], arrays: Mapping[str, Any], options: Mapping[str, Any] | None
+) -> None:
+    """Write this process's piece ``file`` in ``folder``: streamed to the file (a local folder;
+    removed if anything fails) or to a local temporary file uploaded in one put (a URL)."""
+    if _storage.is_url(folder):
+        _storage.put(_storage.join(folder, file), lambda tmp: _write_piece(tmp, blocks, arrays), options)
+    else:
+        _write_piece(os.path.join(folder, file), blocks, arrays)
+
+
+def _write_index(folder: str, text: bytes, options: Mapping[str, Any] | None) -> None:
+    """The commit point: the index replaced atomically in a local folder, one put of a small
+    object on a store (written last, after every piece)."""
+    if _storage.is_url(folder):
+        _storage.write_bytes(_storage.join(folder, INDEX), text, options)
+        return
+
+    def write_index(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(text)
+
+    atomic_write(os.path.join(folder, INDEX), write_index)
 
 
 class ShardedJob(NamedTuple):
@@ -261,7 +337,10 @@ def _meet(job: ShardedJob, what: str, background: bool) -> None:
         multihost_utils.sync_global_devices(name)
 
 
-def write(p: str, job: ShardedJob, background: bool = False, commit: Callable[[], None] | None = None) -> None:
+def write(
+    p: str, job: ShardedJob, background: bool = False, commit: Callable[[], None] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> None:
     """Write a prepared sharded save into directory ``p``: this process's piece, a barrier,
     then (process 0) the index, ``commit()`` and the removal of older pieces, and a barrier.
     A failure leaves nothing of this save in ``p`` (its pieces are removed, and ``p`` itself
@@ -271,17 +350,20 @@ def write(p: str, job: ShardedJob, background: bool = False, commit: Callable[[]
     Raises:
       OSError: an I/O failure, naming ``p``.
     """
-    created = not os.path.exists(p)
+    remote = _storage.is_url(p)
+    created = not remote and not os.path.exists(p)
     me, files = job.me, job.files
     mine = [files[me]] if me in files else []
     try:
         try:
-            if os.path.exists(p) and not os.path.isdir(p):
-                raise NotADirectoryError(20, os.strerror(20), p)
-            os.makedirs(p, exist_ok=True)
+            if not remote:  # (an object store has no folders to make)
+                if os.path.exists(p) and not os.path.isdir(p):
+                    raise NotADirectoryError(20, os.strerror(20), p)
+                os.makedirs(p, exist_ok=True)
             if me in files:
-                _write_piece(os.path.join(p, files[me]), [b for b in job.blocks if b.process == me], job.arrays)
-            fsync_dir(p)
+                _put_piece(p, files[me], [b for b in job.blocks if b.process == me], job.arrays, storage_options)
+            if not remote:
+                fsync_dir(p)
         except OSError as e:
             raise with_path(e, p) from None
         _meet(job, "written", background)
@@ -294,20 +376,19 @@ def write(p: str, job: ShardedJob, background: bool = False, commit: Callable[[]
                 tensors[b.name]["slices"].append([files[b.process], b.key, [[s, e] for s, e in zip(b.start, b.stop)]])
             doc = {"format": FORMAT, "version": VERSION, "metadata": job.meta, "tensors": tensors}
             text = json.dumps(doc, separators=(",", ":")).encode("utf-8")
-
-            def write_index(tmp: str) -> None:
-                with open(tmp, "wb") as f:
-                    f.write(text)
-
-            atomic_write(os.path.join(p, INDEX), write_index)
+            try:
+                _write_index(p, text, storage_options)
+            except OSError as e:
+                raise with_path(e, p) from None
+            if remote:  # (not moved: pieces of an interrupted earlier save go before the commit)
+                _remove_old_pieces(p, set(files.values()), storage_options)
             if commit is not None:
                 commit()  # (which may move p: a fresh folder, with no older pieces)
             mine = []  # committed: nothing of it is removed any more
-            if commit is None:
-                _remove_old_pieces(p, set(files.values()))
+            if commit is None and not remote:
+                _remove_old_pieces(p, set(files.values()), storage_options)
     except BaseException:
-        for f in mine:
-            _unlink(os.path.join(p, f))
+        _discard(p, mine, storage_options)
         if created:
             try:
                 os.rmdir(p)
@@ -319,19 +400,20 @@ def write(p: str, job: ShardedJob, background: bool = False, commit: Callable[[]
 
 def save_sharded(
     directory: Any, tree: Any, *, metadata: Mapping[str, str] | None = None, skip_code: bool = False,
-    blocking: bool = True,
+    blocking: bool = True, storage_options: Mapping[str, Any] | None = None,
 ) -> PendingSave | None:
     """Write a pytree as a sharded checkpoint: a directory of .safetensors pieces and an index.
 
     Each process writes only the shards its devices hold, and each distinct shard exactly once
-    (a replicated array is written by the device of lowest id holding it, not once per
-    replica).  Shards are copied to the host one at a time and streamed to the piece file, so
-    no process gathers an array and the extra memory stays near one shard (with
-    ``blocking=False``: the host copy of this process's shards, taken at call time, and
-    nothing more).  NumPy arrays and
-    other host leaves — and, with several processes, jax.Arrays that live on one process's
-    devices only — are written by process 0 (every process is expected to hold the same
-    value).  The pieces are plain safetensors files
+    (not once per replica): a block held by several processes (a replicated array) goes to the
+    one given the fewest bytes so far, cut into row blocks, one per process, from 8 MiB on, so
+    that the processes share the writing of replicated data.  NumPy arrays and other host
+    leaves — and, with several processes, jax.Arrays that live on one process's devices only —
+    are shared out the same way (every process is expected to hold the same value).  Shards are
+    copied to the host one at a time and streamed to the piece file, so no process gathers an
+    array and the extra memory stays near one shard (with ``blocking=False``: the host copy of
+    this process's shards, taken at call time, and nothing more).  The pieces are plain
+    safetensors files
     (``safetensors.numpy.load_file`` reads them); ``index.json`` records each tensor's global
     shape and dtype, which block is in which file, your ``metadata`` and the tree's structure
     (as ``save`` stores it).  Format: docs/io.md.
@@ -352,7 +434,9 @@ def save_sharded(
     on every process when the call (or ``wait()``) returns.
 
     Args:
-      directory: the checkpoint directory (created if missing; parents must exist).
+      directory: the checkpoint directory (created if missing; parents must exist), or a URL
+        (``s3://bucket/prefix``: fsspec, docs/io.md), where each piece is one upload and the
+        index, uploaded last, commits the checkpoint.
       tree: the pytree; ``jax.Array`` leaves are written shard by shard (typed PRNG keys:
         their key data, shard by shard), other leaves as ``save`` writes them.
       metadata: extra str -> str entries (keys must not start with ``spruce.``).
@@ -360,6 +444,7 @@ def save_sharded(
       blocking: True (default): return when the checkpoint is complete.  False: return a
         ``PendingSave`` as soon as this process's shards are copied to host memory, and write
         in a background thread (see ``save``).
+      storage_options: for a URL, keyword arguments for its fsspec filesystem.
 
     Returns:
       None, or with ``blocking=False`` a ``PendingSave``.
@@ -376,17 +461,18 @@ def save_sharded(
     >>> sorted(os.listdir(d))[-1]
     'index.json'
     """
-    p = os.fsdecode(directory)
+    p = _storage.local(os.fsdecode(directory))
+    remote = _storage.resolve(p, storage_options) is not None  # (a bad URL fails before any work)
     if blocking:
-        write(p, prepare(tree, metadata, skip_code))
+        write(p, prepare(tree, metadata, skip_code), storage_options=storage_options)
         return None
-    if os.path.exists(p) and not os.path.isdir(p):
+    if not remote and os.path.exists(p) and not os.path.isdir(p):
         raise NotADirectoryError(20, os.strerror(20), p)
     job = prepare(tree, metadata, skip_code, DEFAULT_BUFFERS)
 
     def work() -> None:
         try:
-            write(p, job, background=True)
+            write(p, job, background=True, storage_options=storage_options)
         finally:
             DEFAULT_BUFFERS.release(job.buffers)
 
@@ -410,7 +496,7 @@ def parse_dir(path: str) -> Index:
         the piece file.
       OSError: the index cannot be read.
     """
-    index_path = os.path.join(path, INDEX)
+    index_path = _storage.join(path, INDEX)
     with open_regular(index_path) as f:
         raw = f.read(MAX_INDEX + 1)
     if len(raw) > MAX_INDEX:
@@ -449,7 +535,7 @@ def _piece(path: str, file: str, name: str, pieces: dict[str, Parsed]) -> Parsed
     where = f"tensor {name[:200]!r}: piece file {file[:200]!r}"
     if type(file) is not str or not _PIECE_FILE.match(file) or file.startswith(".") or file == INDEX:
         raise _bad(f"{where} is not a plain .safetensors file name in the directory", path)
-    full = os.path.join(path, file)
+    full = _storage.join(path, file)
     try:
         got = _safetensors.parse(full)
     except FileNotFoundError:
@@ -587,12 +673,15 @@ class Reader:
         self.copy = copy
         self.maps: dict[str, MappedFile] = {}
 
-    def _view(self, s: Slice) -> np.ndarray[Any, Any]:
+    def _map(self, s: Slice) -> MappedFile:
         m = self.maps.get(s.file)
         if m is None:
             m = self.maps[s.file] = MappedFile(self.index.pieces[s.file], self.copy)
+        return m
+
+    def _view(self, s: Slice) -> np.ndarray[Any, Any]:
         assert s.entry is not None
-        return m.array(s.entry)
+        return self._map(s).array(s.entry)
 
     def array(self, name: str) -> np.ndarray[Any, Any]:
         e = self.parsed.tensors.get(name)
@@ -631,6 +720,11 @@ class Reader:
                 continue
             dst = tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, start))
             src = tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, s.start))
+            m = self._map(s)
+            if m.remote:  # only the overlapping bytes fetched
+                assert s.entry is not None
+                out[dst] = m.block(s.entry, src)
+                continue
             out[dst] = self._view(s)[src]
             if detach:
                 self._release(s)

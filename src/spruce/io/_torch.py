@@ -645,7 +645,7 @@ def parse(path: str) -> Parsed:
       OSError: the file cannot be opened or read.
     """
     with open_regular(path) as f:
-        ident = identity(f.fileno())
+        ident = identity(f)
         size = ident[2]
         head = f.read(4)
         f.seek(0)
