@@ -5,7 +5,7 @@
 #               linter and the type checker
 #   make check  the everyday check, a few minutes: the linter, the type checker, and the suite
 #               without the tests marked slow, on the uncompiled source and $(PYTHON) only
-#   make docs   regenerate docs/api.md from the docstrings
+#   make docs   the documentation site, into site/ (mkdocs build --strict; API reference from the docstrings)
 # Each target makes its own virtual environment and installs what it needs into it.
 
 PYTHON ?= python3
@@ -150,7 +150,7 @@ typecheck: $(VENV)/.deps
 	$(PY) -m mypy --strict src/spruce
 
 # ruff, with the rules in pyproject.toml ([tool.ruff]); its version is pinned in the test extra.
-LINTED := src tests benchmarks scripts examples
+LINTED := src tests benchmarks scripts examples docs
 lint: $(VENV)/.deps
 	$(PY) -m ruff check $(LINTED)
 
@@ -160,9 +160,20 @@ lint: $(VENV)/.deps
 check: lint typecheck
 	SPRUCE_EXPECT_COMPILED=0 PYTHONPATH=src $(PY) -m pytest -q -m "not slow" --doctest-modules src/spruce tests
 
-# The API reference, docs/api.md, from the docstrings (tests/test_api_docs.py fails when it is stale).
-docs: $(VENV)/.deps
-	$(PY) scripts/gen_api_docs.py
+# The documentation site (mkdocs.yml; pages in docs/), built into site/ with --strict: a broken
+# link or cross-reference, or a docstring that does not render, fails the build.  The API
+# reference is generated from the docstrings of src/ (mkdocstrings; docs/griffe_spruce.py).
+# tests/test_docs_site.py opens the built pages in the browser.  The packages of the `docs` extra
+# (pinned in pyproject.toml) go into .venv without spruce itself, after the compiled build is
+# installed (never two pip runs in one environment at once under make -j).
+$(VENV)/.docs-deps: $(VENV)/.deps $(VENV)/.compiled pyproject.toml
+	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]))' \
+	    > $(VENV)/docs-requirements.txt
+	$(PIP) install -r $(VENV)/docs-requirements.txt
+	touch $@
+
+docs: $(VENV)/.docs-deps
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d site
 
 test-compiled: test-main-compiled
 test-pure: test-main-pure
@@ -188,7 +199,7 @@ JOBS ?= 2
 test:
 	$(MAKE) --no-print-directory -k -j$(JOBS) --output-sync=target test-all
 
-test-all: lint typecheck test-compiled test-pure test-matrix test-wheels
+test-all: lint typecheck docs test-compiled test-pure test-matrix test-wheels
 
 # ------------------------------------------------------------------ wheels
 # `make wheels` fills dist/ with what a release publishes: the compiled wheel of each interpreter
@@ -229,4 +240,4 @@ bench-quick: $(VENV)/.deps build-compiled
 	$(PY) benchmarks/run.py --quick
 
 clean:
-	rm -rf $(VENV) $(foreach v,$(MATRIX),.venv-$(v)) build src/*.egg-info dist .dist-build
+	rm -rf $(VENV) $(foreach v,$(MATRIX),.venv-$(v)) build src/*.egg-info dist .dist-build site

@@ -117,9 +117,10 @@ def load(path: str | os.PathLike[str] | None = None) -> BertModel:
       the compiled program as constants (see ``spruce.io.load``).
 
     Raises:
-      ModuleNotFoundError if the checkpoint package is missing; FileNotFoundError for a
-      missing folder or file; ValueError for an invalid config.json; and spruce.io's errors
-      (naming the key) for a tensor that is missing, unexpected or of the wrong shape or dtype.
+      ModuleNotFoundError: if the checkpoint package is missing.
+      FileNotFoundError: for a missing folder or file.
+      ValueError: for an invalid config.json; and spruce.io's errors (naming the key) for a
+        tensor that is missing, unexpected or of the wrong shape or dtype.
     """
     folder = _folder(path).resolve()
     with _lock:
@@ -444,10 +445,11 @@ def encode(sentences: Iterable[str], *, batch_size: int = _DEFAULT_BATCH_SIZE) -
       normalisation.  Matches PyTorch's results to about 1e-6.
 
     Raises:
-      TypeError if ``sentences`` is a str or holds a non-str; ValueError if a sentence is not
-      valid Unicode text (holds a lone surrogate, which UTF-8 cannot encode) or ``batch_size``
-      is not a positive int; ``load``'s errors on the first call.  All are checked before the
-      model is loaded or run.
+      TypeError: if ``sentences`` is a str or holds a non-str.
+      ValueError: if a sentence is not valid Unicode text (holds a lone surrogate, which UTF-8
+        cannot encode) or ``batch_size`` is not a positive int.
+      Exception: ``load``'s errors on the first call.  All are checked before the model is
+        loaded or run.
 
     How: the sentences are packed, longest first, into rows of 128 tokens (256 if one is
     longer), several sentences per row, each attending only to itself (a block-diagonal

@@ -140,10 +140,10 @@ class MultiheadAttention(Module):
     torch's ``need_weights=True`` path returns NaN; ``is_causal`` as above.
 
     Raises:
-      TypeError for a non-int size, a missing PRNG key, or a call without ``key_`` and
-      ``value``; ValueError for sizes out of range or that
-      do not divide, and, in the call, for inputs or masks of the wrong shape; TypeError for a
-      mask that is neither boolean nor floating.
+      TypeError: for a non-int size, a missing PRNG key, a call without ``key_`` and ``value``,
+        or a mask that is neither boolean nor floating.
+      ValueError: for sizes out of range or that do not divide, and, in the call, for inputs
+        or masks of the wrong shape.
 
     >>> import jax, jax.numpy as jnp, spruce.io
     >>> mha = MultiheadAttention(8, 2, key=jax.random.key(0))
