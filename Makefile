@@ -26,7 +26,9 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # To add an interpreter: a PINS_X.Y line and X.Y in MATRIX.  Test-only packages that one
 # interpreter needs (or must not get) go in TEST_EXTRAS_X.Y.
 PINS_COMMON := basedpyright==1.40.2 gguf==0.19.0 hypothesis==6.170.17 ml_dtypes==0.7.0 optax==0.2.8 optree==0.20.0 pyrefly==1.5.0 \
-	fsspec==2026.9.0 s3fs==2026.9.0 "moto[server]==5.2.5"
+	fsspec==2026.9.0 s3fs==2026.9.0 "moto[server]==5.2.5" \
+	scikit-learn==1.9.1
+# (scikit-learn: the digits data set of `spruce demo train`, bundled in its wheel)
 PINS_3.11 := jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 $(PINS_COMMON)
 PINS_3.12 := jax==0.12.0.1 jaxlib==0.12.0.1 numpy==2.5.5 $(PINS_COMMON)
 PINS_3.13 := $(PINS_3.12)

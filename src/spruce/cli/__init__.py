@@ -6,9 +6,9 @@
 flag, a missing argument: the error and the usage) or an error reading a file — printed as
 one red line on stderr, never a traceback.
 
-The demos live beside it: ``_demo_minilm`` (``spruce demo``) and ``_demo_crepe`` (``spruce demo
-crepe``).  Output is printed with rich; when stdout is not a terminal it is plain text, ``COLUMNS``
-wide if set (160 otherwise).
+The demos live beside it: ``_demo_minilm`` (``spruce demo``), ``_demo_crepe`` (``spruce demo
+crepe``) and ``_demo_train`` (``spruce demo train``).  Output is printed with rich; when
+stdout is not a terminal it is plain text, ``COLUMNS`` wide if set (160 otherwise).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ usage of each command (spruce COMMAND --help for details):
   spruce inspect FILE [--depth N] [--filter GLOB]... [--html OUT.html [--stats]]
   spruce diff A B [--values] [--html OUT.html]
   spruce treemap FILE -o OUT.svg [--color-by {type,dtype}]
-  spruce demo [minilm|crepe] [--out DIR]"""
+  spruce demo [minilm|crepe] [--out DIR]
+  spruce demo train [--dir DIR] [--steps N] [--save-every N] [--kill-at STEP] [--resume]"""
 
 
 class _UsageError(Exception):
@@ -157,11 +158,23 @@ def _parser() -> _Parser:
             "write its HTML page and treemap beside the saved checkpoint."
         ),
     )
-    demo.add_argument("model", nargs="?", choices=("minilm", "crepe"), default="minilm",
-                      help="minilm (default), or crepe: the CREPE pitch tracker on a synthesised melody")
+    demo.add_argument("model", nargs="?", choices=("minilm", "crepe", "train"), default="minilm",
+                      help="minilm (default), or crepe: the CREPE pitch tracker on a synthesised melody, "
+                           "or train: a CNN trained on 8x8 digits over 8 host devices, checkpointed "
+                           "asynchronously, killed and resumed (docs/training.md)")
     demo.add_argument("--out", metavar="DIR", default=None,
                       help="minilm: the folder for the saved checkpoint, page and treemap, kept "
                            "(default: a temporary folder, removed at the end)")
+    demo.add_argument("--dir", metavar="DIR", default="spruce-train",
+                      help="train: the folder of the checkpoints, history.json and curve.svg "
+                           "(default: spruce-train)")
+    demo.add_argument("--steps", type=int, default=300, metavar="N", help="train: training steps (default 300)")
+    demo.add_argument("--save-every", type=int, default=50, metavar="N",
+                      help="train: a checkpoint every N steps, saved asynchronously (default 50)")
+    demo.add_argument("--kill-at", type=int, default=None, metavar="STEP",
+                      help="train: start saving STEP, then kill the process with SIGKILL mid-save")
+    demo.add_argument("--resume", action="store_true",
+                      help="train: continue from the latest committed step in --dir")
     demo.set_defaults(func=_demo)
     p.commands = {"inspect": ins, "diff": dif, "treemap": tm, "demo": demo}
     return p
@@ -532,6 +545,13 @@ def _treemap(args: argparse.Namespace, out: Any) -> int:
 
 
 def _demo(args: argparse.Namespace, out: Any) -> int:
+    if args.model == "train":
+        from spruce.cli import _demo_train
+
+        argv = ["--dir", args.dir, "--steps", str(args.steps), "--save-every", str(args.save_every)]
+        argv += (["--kill-at", str(args.kill_at)] if args.kill_at is not None else []) + (["--resume"] if args.resume else [])
+        return _demo_train.run(out, directory=args.dir, steps=args.steps, save_every=args.save_every,
+                               kill_at=args.kill_at, resume=args.resume, argv=argv)
     if args.model == "crepe":
         from spruce.cli._demo_crepe import demo as crepe_demo
 

@@ -16,12 +16,16 @@ _SPATIAL = ("(C, L)", "(C, H, W)", "(C, D, H, W)")
 
 
 def _lowest(dtype: Any) -> Any:
-    """The identity of max: -inf for floats, the smallest value for ints and bools."""
+    """The identity of max: -inf for floats, the smallest value for ints and bools.  A NumPy
+    scalar, not a JAX array: under ``jax.jit`` a JAX array made here is a traced value, and
+    ``lax.reduce_window`` then falls back to its generic form, which JAX cannot differentiate
+    (a constant identity gives the max / sum window primitives, which it can)."""
+    dtype = np.dtype(dtype)
     if jnp.issubdtype(dtype, jnp.inexact):
-        return jnp.array(-jnp.inf, dtype)
-    if dtype == jnp.bool_:
-        return jnp.array(False)
-    return jnp.array(jnp.iinfo(dtype).min, dtype)  # type: ignore[no-untyped-call]  # untyped in jax 0.10
+        return np.array(-np.inf, dtype)[()]
+    if dtype == np.bool_:
+        return np.bool_(False)
+    return np.array(jnp.iinfo(dtype).min, dtype)[()]  # type: ignore[no-untyped-call]  # untyped in jax 0.10
 
 
 def _window_pads(size: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...],
@@ -129,7 +133,7 @@ class _AvgPool(_Pool):
         dil = (1,) * n
         pads = _window_pads(size, self.kernel_size, self.stride, self.padding, dil, self.ceil_mode, type(self).__name__)
         window, strides = (1,) + self.kernel_size, (1,) + self.stride
-        total: jax.Array = lax.reduce_window(x, jnp.array(0, x.dtype), lax.add, window, strides, ((0, 0),) + pads)
+        total: jax.Array = lax.reduce_window(x, np.array(0, x.dtype)[()], lax.add, window, strides, ((0, 0),) + pads)
         if self.divisor_override is not None:
             return total / jnp.asarray(self.divisor_override, x.dtype)
         # The divisor of each window, as PyTorch counts it: the input elements, plus with
