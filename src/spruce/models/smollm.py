@@ -261,8 +261,8 @@ def generate(prompt: str, max_new_tokens: int = 64, temperature: float = 0.0, to
     ``<|im_end|>``, left out).  ``on_text``, when given, is called with each piece as it is
     generated (streaming).  The other arguments and the errors are ``stream``'s.
 
-    >>> generate("The capital of France is", max_new_tokens=3)
-    ' Paris.\n'
+    >>> generate("The capital of France is", max_new_tokens=2)
+    ' Paris.'
     """
     out = []
     for piece in stream(prompt, max_new_tokens, temperature, top_k, top_p, seed,
