@@ -161,7 +161,7 @@ def _parser() -> _Parser:
     demo.add_argument("model", nargs="?", choices=("minilm", "crepe", "train"), default="minilm",
                       help="minilm (default), or crepe: the CREPE pitch tracker on a synthesised melody, "
                            "or train: a CNN trained on 8x8 digits over 8 host devices, checkpointed "
-                           "asynchronously, killed and resumed (docs/training.md)")
+                           "asynchronously, killed and resumed (docs/guides/training.md)")
     demo.add_argument("--out", metavar="DIR", default=None,
                       help="minilm: the folder for the saved checkpoint, page and treemap, kept "
                            "(default: a temporary folder, removed at the end)")

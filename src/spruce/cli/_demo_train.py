@@ -1,7 +1,7 @@
 """The ``spruce demo train`` command: a small CNN trained on scikit-learn's 8x8 handwritten
 digits, data-parallel over 8 host devices, checkpointed asynchronously by a
 ``spruce.io.CheckpointManager``; ``--kill-at STEP`` crashes it in the middle of a save and
-``--resume`` continues it (docs/training.md).
+``--resume`` continues it (docs/guides/training.md).
 
 Everything random is a function of the step: the batch of step ``s`` is drawn by
 ``numpy.random.default_rng((seed, s))`` and the dropout keys come from
@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["curve_svg", "run"]
+__all__ = ["check_directory", "curve_svg", "run"]
 
 DEVICES = 8
 BATCH = 128  # examples per step, 16 per device
@@ -59,8 +59,8 @@ def run(
       save_every: a checkpoint every this many steps (>= 1), and one at the last step.
       kill_at: after starting the save of this step (one is started there whatever
         ``save_every`` says), the process sends itself SIGKILL while the step is being written.
-      resume: continue from the latest committed step in ``directory`` (from step 0 if there
-        is none).  Without it, ``directory`` must hold no committed step.
+      resume: continue from the latest committed step in ``directory``, which must hold one.
+        Without it, ``directory`` must hold no committed step.
       argv: the command's arguments, for the child process when JAX already runs with fewer
         than 8 devices.
 
@@ -68,14 +68,16 @@ def run(
       The exit code: 0.  (``kill_at`` never returns.)
 
     Raises:
-      ValueError: bad ``steps``, ``save_every`` or ``kill_at``; ``directory`` holds committed
-        steps and ``resume`` is False, or its latest step is past ``steps``.
+      ValueError: bad ``steps``, ``save_every`` or ``kill_at``; ``directory`` is a regular
+        file; it holds committed steps and ``resume`` is False, or none and ``resume`` is
+        True, or its latest step is past ``steps``.  All checked before JAX starts.
       ImportError: scikit-learn, optax or JAX is missing (``pip install 'spruce[demo]'``).
     """
     if steps < 1 or save_every < 1:
         raise ValueError(f"spruce demo train: --steps and --save-every must be >= 1, got {steps} and {save_every}")
     if kill_at is not None and not 1 <= kill_at <= steps:
         raise ValueError(f"spruce demo train: --kill-at must be a step from 1 to {steps}, got {kill_at}")
+    check_directory(directory, steps=steps, resume=resume, kill_at=kill_at)
     if "jax" not in sys.modules and _FLAG not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
     import jax
@@ -86,6 +88,47 @@ def run(
         env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip(), **{_CHILD: "1"})
         return subprocess.run([sys.executable, "-m", "spruce", "demo", "train", *argv], env=env).returncode
     return _Trainer(console, directory, steps, save_every).train(kill_at=kill_at, resume=resume)
+
+
+def check_directory(directory: str, *, steps: int, resume: bool, kill_at: int | None = None) -> list[int]:
+    """Check that ``directory`` suits a run of ``steps`` steps (killed at ``kill_at``), with
+    or without ``resume``, and return its committed steps (ascending; ``[]`` when the folder
+    does not exist yet, which is then not created).
+
+    Raises:
+      ValueError: ``directory`` is a regular file; it holds committed steps and ``resume`` is
+        False; it holds none and ``resume`` is True; its latest step is past ``steps``, or not
+        before ``kill_at`` (the run would never get there).
+
+    >>> import os, tempfile
+    >>> folder = os.path.join(tempfile.mkdtemp(), 'run')
+    >>> check_directory(folder, steps=10, resume=False), os.path.exists(folder)
+    ([], False)
+    >>> check_directory(folder, steps=10, resume=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: spruce demo train: --resume, but ... holds no committed step to resume from: run without --resume ...
+    """
+    from spruce.io import CheckpointManager
+
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ValueError(f"spruce demo train: --dir {directory} is a regular file, not a folder for the checkpoints")
+    committed: list[int] = []
+    if os.path.isdir(directory):
+        with CheckpointManager(directory) as mgr:  # (also removes what a killed save left)
+            committed = mgr.steps()
+    if committed and not resume:
+        raise ValueError(f"spruce demo train: {directory} already holds committed steps {committed}: "
+                         f"pass --resume to continue, or another --dir")
+    if resume and not committed:
+        raise ValueError(f"spruce demo train: --resume, but {directory} holds no committed step to resume "
+                         f"from: run without --resume to start training")
+    if committed and committed[-1] > steps:
+        raise ValueError(f"spruce demo train: the latest step in {directory} is {committed[-1]}, "
+                         f"past --steps {steps}")
+    if committed and kill_at is not None and kill_at <= committed[-1]:
+        raise ValueError(f"spruce demo train: --kill-at {kill_at}, but the run resumes after step {committed[-1]}")
+    return committed
 
 
 def load_digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -106,51 +149,6 @@ def batch_indices(step: int, n: int) -> np.ndarray:
     """The training examples of step ``step`` (1-based): ``BATCH`` distinct indices below
     ``n``, a function of the step alone."""
     return np.random.default_rng((SEED, step)).choice(n, BATCH, replace=False)
-
-
-def _model_class() -> Any:
-    import jax
-    import jax.numpy as jnp
-
-    import spruce
-    import spruce.nn as nn
-
-    class DigitsCNN(spruce.Module):
-        """conv 3x3 (1 -> 16) - BatchNorm - ReLU - max pool 2 - conv 3x3 (16 -> 32) -
-        BatchNorm - ReLU - max pool 2 - dropout 0.1 - linear (128 -> 10), on one
-        ``(1, 8, 8)`` image."""
-
-        conv1: nn.Conv2d
-        bn1: nn.BatchNorm
-        conv2: nn.Conv2d
-        bn2: nn.BatchNorm
-        pool: nn.MaxPool2d
-        drop: nn.Dropout
-        head: nn.Linear
-
-        def __init__(self, *, key: jax.Array) -> None:
-            k1, k2, k3 = jax.random.split(key, 3)
-            self.conv1 = nn.Conv2d(1, 16, 3, padding=1, key=k1)  # type: ignore[call-arg, arg-type]
-            self.bn1 = nn.BatchNorm(16, axis_name="batch")
-            self.conv2 = nn.Conv2d(16, 32, 3, padding=1, key=k2)  # type: ignore[call-arg, arg-type]
-            self.bn2 = nn.BatchNorm(32, axis_name="batch")
-            self.pool = nn.MaxPool2d(2)  # type: ignore[call-arg, arg-type]
-            self.drop = nn.Dropout(0.1)
-            self.head = nn.Linear(32 * 2 * 2, 10, key=k3)
-
-        def __call__(self, x: jax.Array, state: Any = None, key: jax.Array | None = None) -> Any:
-            """Logits ``(10,)``; with a ``state`` (training), ``(logits, new_state)``."""
-            for conv, bn in ((self.conv1, self.bn1), (self.conv2, self.bn2)):
-                x = conv(x)
-                if state is None:
-                    x = bn(x)
-                else:
-                    x, state = bn(x, state)
-                x = self.pool(jax.nn.relu(x))
-            logits = self.head(self.drop(jnp.ravel(x), key=key))
-            return logits if state is None else (logits, state)
-
-    return DigitsCNN
 
 
 class _Trainer:
@@ -184,13 +182,20 @@ class _Trainer:
                                   out_shardings=replicated)
 
     def initial(self) -> dict[str, Any]:
-        """The state at step 0, placed on the mesh: ``{'model', 'opt_state'}``."""
-        import spruce
+        """The state at step 0, placed on the mesh: ``{'model', 'opt_state'}``, made by one
+        compiled function (made eagerly, each random draw of the initialisation would be a
+        compilation of its own: ten times slower)."""
         import spruce.sharding as sharding
+        from spruce.jax import filter_jit
 
-        model = _model_class()(key=self.key)
-        params = spruce.filter(model, spruce.is_inexact_array)
-        return sharding.shard({"model": model, "opt_state": self.optimizer.init(params)}, self.mesh, self.rules)  # type: ignore[no-any-return]
+        return sharding.shard(filter_jit(self._initial)(self.key), self.mesh, self.rules)  # type: ignore[no-any-return]
+
+    def _initial(self, key: Any) -> dict[str, Any]:
+        import spruce
+        from spruce.cli._digits_cnn import DigitsCNN
+
+        model = DigitsCNN(key=key)
+        return {"model": model, "opt_state": self.optimizer.init(spruce.filter(model, spruce.is_inexact_array))}
 
     def _step(self, model: Any, opt_state: Any, x: Any, y: Any, step: Any) -> Any:
         import jax
@@ -242,21 +247,13 @@ class _Trainer:
         history: dict[str, Any] = {"step": [], "loss": [], "accuracy": [], "val_step": [], "val_accuracy": []}
         state = self.initial()
         first = 1
-        latest = mgr.latest_step()
-        if latest is not None and not resume:
-            raise ValueError(f"spruce demo train: {self.directory} already holds committed steps "
-                             f"{mgr.steps()}: pass --resume to continue, or another --dir")
+        latest = mgr.latest_step() if resume else None  # (run() checked the directory)
         if latest is not None:
-            if latest > self.steps:
-                raise ValueError(f"spruce demo train: the latest step in {self.directory} is {latest}, "
-                                 f"past --steps {self.steps}")
             state = mgr.restore(like=state, shardings=sharding.shardings(state, self.mesh, self.rules))
             history = _read_history(os.path.join(self.directory, HISTORY), latest)
             first = latest + 1
             out.print(f"resumed from step {latest} (committed steps {mgr.steps()}, "
                       f"held-out accuracy there {mgr.metrics(latest).get('val_accuracy', float('nan')):.1%})")
-        elif resume:
-            out.print(f"no committed step in {self.directory}: starting from step 0")
         model, opt_state = state["model"], state["opt_state"]
         blocked: list[float] = []
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
