@@ -237,6 +237,24 @@ def test_pool_matches_torch(name: str, kw: dict[str, Any], shape: tuple[int, ...
     assert spruce.tree.leaves(layer) == []
 
 
+@pytest.mark.parametrize(("name", "kw", "shape"), POOL_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(POOL_CASES)])
+def test_pool_gradient_under_jit_matches_torch(name: str, kw: dict[str, Any], shape: tuple[int, ...]) -> None:
+    """The gradient of ``sum(w * pool(x))`` with respect to x, by jax.grad under jax.jit (batched
+    with vmap), equals torch autograd's (max: to each window's maximum; average: spread over the
+    window by PyTorch's divisor)."""
+    layer = getattr(nn, name)(**kw)
+    tlayer = getattr(torch.nn, name)(**kw)
+    x = _rng().standard_normal(shape).astype(np.float32)  # (distinct values: no ties)
+    tx = torch.from_numpy(x.copy()).requires_grad_(True)
+    ty = tlayer(tx)
+    w = _rng(1).uniform(0.5, 1.5, tuple(ty.shape)).astype(np.float32)
+    (ty * torch.from_numpy(w)).sum().backward()
+    assert tx.grad is not None
+    grad = jax.jit(jax.grad(lambda x: jnp.sum(jnp.asarray(w) * jax.vmap(layer)(x))))(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(grad), tx.grad.numpy(), rtol=RTOL, atol=ATOL)
+    assert np.count_nonzero(tx.grad.numpy()) > 0
+
+
 # ------------------------------------------------------------------ normalisation
 
 

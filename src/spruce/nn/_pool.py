@@ -97,11 +97,27 @@ class _MaxPool(_Pool):
         pads = _window_pads(
             x.shape[1:], self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, type(self).__name__
         )
+        if any(d != 1 for d in self.dilation):
+            return _dilated_max(x, pads, self.kernel_size, self.stride, self.dilation)
         y: jax.Array = lax.reduce_window(
-            x, _lowest(x.dtype), lax.max, (1,) + self.kernel_size, (1,) + self.stride,
-            ((0, 0),) + pads, window_dilation=(1,) + self.dilation,
+            x, _lowest(x.dtype), lax.max, (1,) + self.kernel_size, (1,) + self.stride, ((0, 0),) + pads
         )
         return y
+
+
+def _dilated_max(x: jax.Array, pads: tuple[tuple[int, int], ...], kernel: tuple[int, ...], stride: tuple[int, ...],
+                 dilation: tuple[int, ...]) -> jax.Array:
+    """Max pooling with dilated windows, which ``lax.reduce_window`` computes but JAX cannot
+    differentiate: the windows' elements are gathered (static NumPy indices) and reduced with
+    ``jnp.max``, one spatial axis at a time (a box's maximum is the maximum along one axis of
+    the maxima along the others).  ``pads`` are ``_window_pads``'s, filled with the lowest
+    value."""
+    x = jnp.pad(x, ((0, 0),) + pads, constant_values=_lowest(x.dtype))
+    for axis, (k, s, d) in enumerate(zip(kernel, stride, dilation), start=1):
+        out = (x.shape[axis] - d * (k - 1) - 1) // s + 1
+        windows = np.arange(out)[:, None] * s + np.arange(k)[None, :] * d  # (out, k) indices
+        x = jnp.max(jnp.take(x, windows, axis=axis), axis=axis + 1)
+    return x
 
 
 class _AvgPool(_Pool):
@@ -167,8 +183,9 @@ _MAX_DOC = """Max pooling over {n} spatial axes of one example, as ``torch.nn.Ma
 
     Call: ``pool(x, *, key=None)`` with ``x`` of shape ``{layout}`` returns ``(C, *out)`` with
     ``out = floor_or_ceil((in + 2 * padding - dilation * (kernel - 1) - 1) / stride) + 1``,
-    in x's dtype (ints and bools too), computed with ``jax.lax.reduce_window``.
-    No parameters; ``key`` is ignored.
+    in x's dtype (ints and bools too), computed with ``jax.lax.reduce_window`` (with a
+    ``dilation`` > 1, by gathering each window's elements: JAX has no derivative for a dilated
+    ``reduce_window`` max), differentiable under ``jax.jit``.  No parameters; ``key`` is ignored.
 
     >>> import jax.numpy as jnp
     >>> MaxPool{n}d(2)(jnp.arange({size}.0).reshape({shape})).shape
