@@ -5,6 +5,7 @@ jax.tree_util), repr, and the Equinox example of the English tutorial (examples/
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import pickle
 import time
 from functools import partial
@@ -304,6 +305,39 @@ def test_inheritance_of_fields_and_custom_init() -> None:
         pass
 
     assert Inherits(1).a == 101  # the parent's hand-written __init__ is kept
+
+
+def test_init_false_class_keyword_keeps_the_inherited_init() -> None:
+    """``class C(Base, init=False)`` (PEP 681's keyword, which type checkers read): no __init__
+    is generated for C, as ``@dataclass(init=False)``; C's new fields take their defaults."""
+
+    class WithInit(spruce.Module):
+        a: int
+
+        def __init__(self, v: int) -> None:
+            self.a = v + 100
+
+    class Inherits(WithInit, init=False):
+        b: int = 7
+
+    m = Inherits(1)
+    assert (m.a, m.b) == (101, 7) and "__init__" not in Inherits.__dict__
+    assert str(inspect.signature(Inherits)) == "(v: 'int') -> 'None'"
+
+    class Generated(spruce.Module):
+        a: int
+
+    class Keeps(Generated, init=False):
+        b: int = 3
+
+    assert (Keeps(5).a, Keeps(5).b) == (5, 3) and Keeps.__init__ is Generated.__init__
+    with pytest.raises(TypeError):
+        Keeps(5, 6)  # type: ignore[call-arg]  # (Generated's __init__ takes only a)
+
+    class Made(Generated):  # without the keyword: generated from all the fields
+        b: int = 3
+
+    assert Made(5, 6).b == 6
 
 
 def test_static_field_unhashable_error() -> None:

@@ -313,21 +313,25 @@ class _ModuleMeta(abc.ABCMeta):
     _spruce_fields: _Fields
     _spruce_custom_init: bool
 
-    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any) -> Any:
+    def __new__(
+        mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], *, init: bool = True, **kwargs: Any
+    ) -> Any:
         cls = super().__new__(mcs, name, bases, namespace, **kwargs)
         custom_init = _has_custom_init(cls)
         # A class with its own __init__ (or inheriting a user-written one, from a Module or from
         # a plain class before any Module in the MRO) keeps it; otherwise dataclasses generates
-        # one from the fields, as equinox does.
-        dataclasses.dataclass(init=not custom_init, repr=False, eq=False)(cls)  # type: ignore[arg-type]  # cls is a metaclass instance, mypy cannot see it is a class
+        # one from the fields, as equinox does, unless the class says ``init=False`` (the class
+        # keyword of PEP 681 that type checkers read too: a subclass inheriting a hand-written
+        # __init__ says it so that they do not make one from the fields either).
+        dataclasses.dataclass(init=init and not custom_init, repr=False, eq=False)(cls)  # type: ignore[arg-type]  # cls is a metaclass instance, mypy cannot see it is a class
         cls._spruce_custom_init = custom_init
         if custom_init:
             _warn_post_init_not_run(cls)
         else:  # a generated __init__ keeps the docstring a parent's __init__ was given
-            init = cls.__dict__.get("__init__")
-            if init is not None and init.__doc__ is None:
+            own = cls.__dict__.get("__init__")
+            if own is not None and own.__doc__ is None:
                 parents = (b.__dict__.get("__init__") for b in cls.__mro__[1:] if isinstance(b, _ModuleMeta))
-                init.__doc__ = next((f.__doc__ for f in parents if f is not None and f.__doc__), None)
+                own.__doc__ = next((f.__doc__ for f in parents if f is not None and f.__doc__), None)
         # Fields named in the class's own __slots__: the slot descriptors would hide the
         # instance __dict__ that Modules store fields in, so they are removed.
         slots = namespace.get("__slots__", ())
@@ -394,7 +398,10 @@ class Module(metaclass=_ModuleMeta):
     raises ``UnsetFieldError``, both a ValueError and a TypeError).  A field the class itself
     provides — a property, or a class attribute set in a subclass — is not instance data (how
     an abstract field is made concrete).  Fields are inherited as with dataclasses; a subclass without its own
-    ``__init__`` inherits a parent's hand-written one.  As with dataclasses, only a generated
+    ``__init__`` inherits a parent's hand-written one.  ``class C(Base, init=False)`` generates
+    no ``__init__`` for ``C`` (as ``@dataclass(init=False)``: it keeps the inherited one); type
+    checkers read that keyword too (PEP 681), and otherwise check a call of a subclass that
+    inherits a hand-written ``__init__`` against one made from its fields.  As with dataclasses, only a generated
     ``__init__`` calls ``__post_init__``: a class with a hand-written ``__init__`` and a
     ``__post_init__`` gets a UserWarning when it is defined (as in Equinox).
 

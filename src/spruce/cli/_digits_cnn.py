@@ -47,11 +47,11 @@ class DigitsCNN(spruce.Module):
 
     def __init__(self, *, key: jax.Array) -> None:
         k1, k2, k3 = jax.random.split(key, 3)
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1, key=k1)  # type: ignore[call-arg, arg-type]
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1, key=k1)
         self.bn1 = nn.BatchNorm(16, axis_name="batch")
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1, key=k2)  # type: ignore[call-arg, arg-type]
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1, key=k2)
         self.bn2 = nn.BatchNorm(32, axis_name="batch")
-        self.pool = nn.MaxPool2d(2)  # type: ignore[call-arg, arg-type]
+        self.pool = nn.MaxPool2d(2)
         self.drop = nn.Dropout(0.1)
         self.head = nn.Linear(32 * 2 * 2, 10, key=k3)
 

@@ -119,12 +119,10 @@ class CrepeBlock(Module):
 
     def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: int,
                  padding: tuple[int, int], *, key: jax.Array) -> None:
-        # (type: ignore: mypy reads Conv2d's and MaxPool2d's __init__ as dataclass-generated
-        # from their fields, not as the one they inherit)
-        self.conv = nn.Conv2d(in_channels, out_channels, (kernel, 1), stride=(stride, 1),  # type: ignore[call-arg, arg-type]
+        self.conv = nn.Conv2d(in_channels, out_channels, (kernel, 1), stride=(stride, 1),
                               padding=(padding, (0, 0)), key=key)
         self.norm = nn.BatchNorm(out_channels, eps=_BN_EPS, momentum=0.0, inference=True)
-        self.pool = nn.MaxPool2d((2, 1), (2, 1))  # type: ignore[call-arg]
+        self.pool = nn.MaxPool2d((2, 1), (2, 1))
 
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None) -> jax.Array:
         return self.pool(self.norm(jax.nn.relu(self.conv(x))))

@@ -240,15 +240,15 @@ _CONV_EXAMPLE = {
 }
 
 
-class Conv1d(_Conv):
+class Conv1d(_Conv, init=False):
     _ndim = 1
 
 
-class Conv2d(_Conv):
+class Conv2d(_Conv, init=False):
     _ndim = 2
 
 
-class Conv3d(_Conv):
+class Conv3d(_Conv, init=False):
     _ndim = 3
 
 
@@ -395,15 +395,15 @@ _CONVT_EXAMPLE = {
 }
 
 
-class ConvTranspose1d(_ConvTranspose):
+class ConvTranspose1d(_ConvTranspose, init=False):
     _ndim = 1
 
 
-class ConvTranspose2d(_ConvTranspose):
+class ConvTranspose2d(_ConvTranspose, init=False):
     _ndim = 2
 
 
-class ConvTranspose3d(_ConvTranspose):
+class ConvTranspose3d(_ConvTranspose, init=False):
     _ndim = 3
 
 

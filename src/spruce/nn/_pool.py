@@ -215,27 +215,27 @@ _AVG_DOC = """Average pooling over {n} spatial axes of one example, as ``torch.n
 _EXAMPLES = {1: ("8", "(1, 8)", "(1, 4)"), 2: ("16", "(1, 4, 4)", "(1, 2, 2)"), 3: ("64", "(1, 4, 4, 4)", "(1, 2, 2, 2)")}
 
 
-class MaxPool1d(_MaxPool):
+class MaxPool1d(_MaxPool, init=False):
     _ndim = 1
 
 
-class MaxPool2d(_MaxPool):
+class MaxPool2d(_MaxPool, init=False):
     _ndim = 2
 
 
-class MaxPool3d(_MaxPool):
+class MaxPool3d(_MaxPool, init=False):
     _ndim = 3
 
 
-class AvgPool1d(_AvgPool):
+class AvgPool1d(_AvgPool, init=False):
     _ndim = 1
 
 
-class AvgPool2d(_AvgPool):
+class AvgPool2d(_AvgPool, init=False):
     _ndim = 2
 
 
-class AvgPool3d(_AvgPool):
+class AvgPool3d(_AvgPool, init=False):
     _ndim = 3
 
 
@@ -315,27 +315,27 @@ class _Adaptive(Module):
         return _adaptive(x, self.output_size, _max_axis)
 
 
-class AdaptiveAvgPool1d(_Adaptive):
+class AdaptiveAvgPool1d(_Adaptive, init=False):
     _ndim, _average = 1, True
 
 
-class AdaptiveAvgPool2d(_Adaptive):
+class AdaptiveAvgPool2d(_Adaptive, init=False):
     _ndim, _average = 2, True
 
 
-class AdaptiveAvgPool3d(_Adaptive):
+class AdaptiveAvgPool3d(_Adaptive, init=False):
     _ndim, _average = 3, True
 
 
-class AdaptiveMaxPool1d(_Adaptive):
+class AdaptiveMaxPool1d(_Adaptive, init=False):
     _ndim, _average = 1, False
 
 
-class AdaptiveMaxPool2d(_Adaptive):
+class AdaptiveMaxPool2d(_Adaptive, init=False):
     _ndim, _average = 2, False
 
 
-class AdaptiveMaxPool3d(_Adaptive):
+class AdaptiveMaxPool3d(_Adaptive, init=False):
     _ndim, _average = 3, False
 
 

@@ -72,7 +72,7 @@ class _Cell(Module):
         return h
 
 
-class LSTMCell(_Cell):
+class LSTMCell(_Cell, init=False):
     """One step of a long short-term memory cell, as ``torch.nn.LSTMCell``.
 
     Args:
@@ -118,7 +118,7 @@ class LSTMCell(_Cell):
         return h, c
 
 
-class GRUCell(_Cell):
+class GRUCell(_Cell, init=False):
     """One step of a gated recurrent unit, as ``torch.nn.GRUCell``.
 
     Args:
