@@ -14,9 +14,9 @@ theirs need a translation before mkdocstrings renders them as Markdown:
   that the signature shows them and the ``Args:`` entries match;
 - the classes of one family (``Conv1d``/``2d``/``3d``, the pooling layers) get their docstring
   from a shared template when their module is imported, which static analysis cannot see either:
-  a public class or function of a module that has no docstring in the source takes the one it
-  has once imported (a ``spruce.Module`` without one gets a ``Name(fields)`` line, which is not
-  taken);
+  a public class of a module that has no docstring in the source takes the one it has once
+  imported (a ``spruce.Module`` without one gets a ``Name(fields)`` line, which is not taken;
+  spruce.nn's are why the build needs JAX);
 - a constant is documented by the ``#:`` comment lines just above it (the habit of Sphinx's
   autodoc, which ``help()`` does not show either): they become its docstring; and a name a
   module re-exports from another library (``spruce.nn.gelu`` is ``jax.nn.gelu``) becomes an
@@ -177,7 +177,7 @@ def _runtime_doc(obj: griffe.Object) -> str | None:
         value = griffe.dynamic_import(obj.path)
     except ImportError as e:
         raise ImportError(f"the API reference imports {obj.path} for its docstring, set at import time: {e}") from e
-    doc = value.__dict__.get("__doc__") if isinstance(value, type) else getattr(value, "__doc__", None)
+    doc = value.__dict__.get("__doc__")
     if not isinstance(doc, str) or doc.startswith(f"{obj.name}("):
         return None
     return inspect.cleandoc(doc)
@@ -220,7 +220,7 @@ class SpruceDocstrings(griffe.Extension):
                 text = _comment_doc(obj)
                 if text:
                     _document(obj, text, pkg.docstring)
-            elif obj.docstring is None and public and isinstance(obj, (griffe.Class, griffe.Function)):
+            elif obj.docstring is None and public and isinstance(obj, griffe.Class):
                 text = _runtime_doc(obj)
                 if text:
                     _document(obj, text, pkg.docstring)
