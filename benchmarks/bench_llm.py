@@ -167,7 +167,7 @@ def _rates(r: dict[str, Any], new: int) -> dict[str, float]:
 
 def profile(gguf: pathlib.Path) -> None:
     """Time one spruce decode step and its parts, each compiled on its own (medians of 20
-    calls): the whole step, the 30 blocks, their MLPs alone, their attention alone (with and
+    calls, wall and CPU time): the whole step, the 30 blocks, their MLPs alone, their attention alone (with and
     without the rotary embedding), and the output projection; beside each, the bytes of
     weights it reads and the bandwidth that implies."""
     import jax
@@ -186,14 +186,15 @@ def profile(gguf: pathlib.Path) -> None:
     def bench(name: str, read: float, fn: Any, *args: Any) -> None:
         compiled = jax.jit(fn)
         jax.block_until_ready(compiled(*args))
-        times = []
+        times, cpu = [], []
         for _ in range(20):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             jax.block_until_ready(compiled(*args))
             times.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
         seconds = statistics.median(times)
-        print(f"  {name:44} {seconds * 1000:7.2f} ms   {read / 2**20:6.0f} MiB of weights"
-              f"  -> {read / seconds / 1e9:5.1f} GB/s")
+        print(f"  {name:44} {seconds * 1000:7.2f} ms (CPU {statistics.median(cpu) * 1000:6.2f} ms)  "
+              f"{read / 2**20:4.0f} MiB of weights -> {read / seconds / 1e9:5.1f} GB/s")
 
     token = jnp.array([42], jnp.int32)
     cache = KVCache.empty(cfg, smollm.CACHE_LENGTH)

@@ -70,8 +70,8 @@ def run(console: Any = None, prompt: str = DEFAULT_PROMPT, *, max_new_tokens: in
     path = smollm.model_path()  # ModuleNotFoundError with the pip command
     start = time.perf_counter()
     minilm.enable_compilation_cache()
-    console.print("[bold]spruce demo chat[/bold]: SmolLM2-135M-Instruct, a small chat language model, "
-                  "as a spruce Module generating under jax.jit")
+    console.print("[bold]spruce demo chat[/bold]: the SmolLM2-135M-Instruct chat model as a spruce Module, "
+                  "under jax.jit")
 
     t = time.perf_counter()
     model = smollm.load()
