@@ -52,6 +52,9 @@ os.environ["SPRUCE_JAX_CACHE"] = _JAX_CACHE
 SLOW_DOCTESTS = frozenset([
     "spruce.models.crepe.Crepe",
     "spruce.models.minilm.encode",
+    "spruce.models.smollm.chat",
+    "spruce.models.smollm.generate",
+    "spruce.models.smollm.stream",
     "spruce.nn._conv.Conv2d",
     "spruce.nn._conv.ConvTranspose1d",
     "spruce.nn._conv.ConvTranspose2d",

@@ -28,9 +28,7 @@ README = ROOT / "README.md"
 
 # `spruce` commands the README shows before they exist on this branch: each is checked to fail
 # to parse (so that this entry is removed once the command lands) instead of to parse.
-NOT_YET: frozenset[tuple[str, ...]] = frozenset({
-    ("demo", "chat"),  # spruce demo chat (SmolLM2-135M-Instruct): being finished on its own branch
-})
+NOT_YET: frozenset[tuple[str, ...]] = frozenset()
 
 
 class Block(NamedTuple):

@@ -7,7 +7,7 @@ flag, a missing argument: the error and the usage) or an error reading a file â€
 one red line on stderr, never a traceback.
 
 The demos live beside it: ``_demo_minilm`` (``spruce demo``), ``_demo_crepe`` (``spruce demo
-crepe``) and ``_demo_train`` (``spruce demo train``).  Output is printed with rich; when
+crepe``), ``_demo_chat`` (``spruce demo chat``) and ``_demo_train`` (``spruce demo train``).  Output is printed with rich; when
 stdout is not a terminal it is plain text, ``COLUMNS`` wide if set (160 otherwise).
 """
 
@@ -33,6 +33,7 @@ usage of each command (spruce COMMAND --help for details):
   spruce diff A B [--values] [--html OUT.html]
   spruce treemap FILE -o OUT.svg [--color-by {type,dtype}]
   spruce demo [minilm|crepe] [--out DIR]
+  spruce demo chat [PROMPT] [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
   spruce demo train [--dir DIR] [--steps N] [--save-every N] [--kill-at STEP] [--resume]"""
 
 
@@ -158,10 +159,13 @@ def _parser() -> _Parser:
             "write its HTML page and treemap beside the saved checkpoint."
         ),
     )
-    demo.add_argument("model", nargs="?", choices=("minilm", "crepe", "train"), default="minilm",
+    demo.add_argument("model", nargs="?", choices=("minilm", "crepe", "chat", "train"), default="minilm",
                       help="minilm (default), or crepe: the CREPE pitch tracker on a synthesised melody, "
+                           "or chat: the SmolLM2-135M-Instruct language model answering PROMPT, streamed, "
                            "or train: a CNN trained on 8x8 digits over 8 host devices, checkpointed "
                            "asynchronously, killed and resumed (docs/guides/training.md)")
+    demo.add_argument("prompt", nargs="?", default=None, metavar="PROMPT",
+                      help="chat: the question (default: 'What is the capital of France?')")
     demo.add_argument("--out", metavar="DIR", default=None,
                       help="minilm: the folder for the saved checkpoint, page and treemap, kept "
                            "(default: a temporary folder, removed at the end)")
@@ -175,6 +179,15 @@ def _parser() -> _Parser:
                       help="train: start saving STEP, then kill the process with SIGKILL mid-save")
     demo.add_argument("--resume", action="store_true",
                       help="train: continue from the latest committed step in --dir")
+    demo.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
+                      help="chat: the most tokens to generate (default 256)")
+    demo.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                      help="chat: 0 (default) is greedy decoding; above 0, sampling")
+    demo.add_argument("--top-k", type=int, default=None, metavar="K",
+                      help="chat: sample among the K most likely tokens only")
+    demo.add_argument("--top-p", type=float, default=None, metavar="P",
+                      help="chat: sample among the most likely tokens whose probabilities reach P, in (0, 1]")
+    demo.add_argument("--seed", type=int, default=0, metavar="S", help="chat: the sampling's seed (default 0)")
     demo.set_defaults(func=_demo)
     p.commands = {"inspect": ins, "diff": dif, "treemap": tm, "demo": demo}
     return p
@@ -545,6 +558,15 @@ def _treemap(args: argparse.Namespace, out: Any) -> int:
 
 
 def _demo(args: argparse.Namespace, out: Any) -> int:
+    if args.prompt is not None and args.model != "chat":
+        raise ValueError(f"demo {args.model}: unexpected argument {args.prompt!r} (a PROMPT is for `spruce demo chat`)")
+    if args.model == "chat":
+        from spruce.cli import _demo_chat
+
+        prompt = _demo_chat.DEFAULT_PROMPT if args.prompt is None else args.prompt
+        _demo_chat.run(out, prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                       top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+        return 0
     if args.model == "train":
         from spruce.cli import _demo_train
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -29,7 +29,7 @@ import numpy as np
 
 from .llama import KVCache, LlamaModel
 
-__all__ = ["MIN_BUCKET", "TokenStream", "bucket", "check_sampling", "logits", "pieces", "start", "trace_counts"]
+__all__ = ["MIN_BUCKET", "TextStream", "TokenStream", "bucket", "check_sampling", "logits", "start", "trace_counts"]
 
 #: The smallest prompt bucket (prompts are padded to a power of two at least this long).
 MIN_BUCKET = 16
@@ -203,10 +203,32 @@ def start(model: LlamaModel, token_ids: Sequence[int], max_new_tokens: int, *, c
     return TokenStream(tokens(), len(ids))
 
 
-def pieces(stream: Iterator[int], decode: Any, skip: frozenset[int]) -> Iterator[str]:
-    """Text pieces of a token stream: ``decode(ids)`` of all the tokens so far (those in
-    ``skip`` left out) minus what was already yielded; a piece ending in an incomplete UTF-8
-    sequence (decoded as U+FFFD) waits for the next token."""
+class TextStream:
+    """An iterator of text pieces (str) decoded from a TokenStream as it is consumed: each
+    piece is ``decode(ids)`` of the tokens so far (those in ``skip`` left out) minus what was
+    already yielded, and a piece ending in an incomplete UTF-8 sequence (decoded as U+FFFD)
+    waits for the next token, so that the pieces concatenate to the decoded text of all the
+    tokens.  ``tokens`` is the TokenStream, whose counts and times (``prompt_tokens``,
+    ``new_tokens``, ``prefill_seconds``, ``decode_seconds``) give the generation's speed.
+
+    >>> text = TextStream(TokenStream(iter([72, 105, 0]), prompt_tokens=1),
+    ...                   lambda ids: bytes(ids).decode(errors="replace"), frozenset({0}))
+    >>> list(text), text.tokens.new_tokens
+    (['H', 'i'], 3)
+    """
+
+    def __init__(self, tokens: TokenStream, decode: Callable[[list[int]], str], skip: frozenset[int]) -> None:
+        self.tokens = tokens
+        self._pieces = _pieces(tokens, decode, skip)
+
+    def __iter__(self) -> TextStream:
+        return self
+
+    def __next__(self) -> str:
+        return next(self._pieces)
+
+
+def _pieces(stream: Iterator[int], decode: Callable[[list[int]], str], skip: frozenset[int]) -> Iterator[str]:
     kept: list[int] = []
     emitted = ""
     for token in stream:
