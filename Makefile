@@ -174,6 +174,10 @@ $(VENV)/.docs-deps: $(VENV)/.deps $(VENV)/.compiled pyproject.toml
 	$(PIP) install -r $(VENV)/docs-requirements.txt
 	touch $@
 
+# The suites of .venv also run tests/test_docs_site.py, which builds the site: the docs extra goes
+# in first (the other interpreters' suites skip that file, naming the extra).
+test-main-compiled test-main-pure: $(VENV)/.docs-deps
+
 docs: $(VENV)/.docs-deps
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d site
 

@@ -1,6 +1,6 @@
 """A griffe extension for the API reference (mkdocs.yml loads it for mkdocstrings' handler).
 
-spruce's docstrings are written to be read with ``help()`` and run as doctests; three habits of
+spruce's docstrings are written to be read with ``help()`` and run as doctests; five habits of
 theirs need a translation before mkdocstrings renders them as Markdown:
 
 - doctest blocks (``>>>`` lines and their output) stand in the text without fences, where
@@ -11,7 +11,16 @@ theirs need a translation before mkdocstrings renders them as Markdown:
 - a ``spruce.Module`` subclass gets its ``__init__`` generated at class creation, as a dataclass
   does, which static analysis cannot see: its fields (the annotated class attributes of it and
   its Module bases, ``field(init=False)`` left out) become the parameters of an ``__init__``, so
-  that the signature shows them and the ``Args:`` entries match.
+  that the signature shows them and the ``Args:`` entries match;
+- the classes of one family (``Conv1d``/``2d``/``3d``, the pooling layers) get their docstring
+  from a shared template when their module is imported, which static analysis cannot see either:
+  a public class of a module that has no docstring in the source takes the one it has once
+  imported (a ``spruce.Module`` without one gets a ``Name(fields)`` line, which is not taken;
+  spruce.nn's are why the build needs JAX);
+- a constant is documented by the ``#:`` comment lines just above it (the habit of Sphinx's
+  autodoc, which ``help()`` does not show either): they become its docstring; and a name a
+  module re-exports from another library (``spruce.nn.gelu`` is ``jax.nn.gelu``) becomes an
+  entry that says so, where it would otherwise be left out for lack of that library's source.
 
 The docstrings themselves are left as they are; only the text griffe hands to the renderer
 changes.
@@ -19,6 +28,7 @@ changes.
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any
 
@@ -150,6 +160,48 @@ def _module_fields(cls: griffe.Class) -> list[griffe.Parameter]:
     return list(params.values())
 
 
+def _comment_doc(obj: griffe.Object) -> str | None:
+    """The ``#:`` comment lines just above ``obj``'s first line, as text, or None."""
+    lines = obj.module.lines
+    i = (obj.lineno or 0) - 2
+    found: list[str] = []
+    while 0 <= i < len(lines) and lines[i].strip().startswith("#:"):
+        found.append(lines[i].strip()[2:].strip())
+        i -= 1
+    return " ".join(reversed(found)) or None
+
+
+def _runtime_doc(obj: griffe.Object) -> str | None:
+    """The docstring ``obj`` has once its module is imported, when the source has none."""
+    try:
+        value = griffe.dynamic_import(obj.path)
+    except ImportError as e:
+        raise ImportError(f"the API reference imports {obj.path} for its docstring, set at import time: {e}") from e
+    doc = value.__dict__.get("__doc__")
+    if not isinstance(doc, str) or doc.startswith(f"{obj.name}("):
+        return None
+    return inspect.cleandoc(doc)
+
+
+def _document(obj: griffe.Object, text: str, like: griffe.Docstring | None) -> None:
+    obj.docstring = griffe.Docstring(
+        text, parent=obj, parser=like.parser if like else None, parser_options=like.parser_options if like else None
+    )
+
+
+def _foreign_exports(module: griffe.Module) -> None:
+    """Each name of ``module.__all__`` bound to another library's object -> an entry saying so."""
+    for name in [str(n) for n in module.exports or ()]:
+        member = module.members.get(name)
+        if member is None or not member.is_alias or member.target_path.split(".")[0] == "spruce":
+            continue
+        target = member.target_path
+        entry = griffe.Attribute(name, value=target, lineno=member.alias_lineno, endlineno=member.alias_endlineno, parent=module)
+        entry.labels.add("module-attribute")
+        _document(entry, f"``{target}``, re-exported: the same object, documented by its library.", module.docstring)
+        module.set_member(name, entry)
+
+
 class SpruceDocstrings(griffe.Extension):
     """The translation described in this module's docstring, applied once the package is loaded."""
 
@@ -161,6 +213,17 @@ class SpruceDocstrings(griffe.Extension):
             if id(obj) in seen:
                 continue
             seen.add(id(obj))
+            if isinstance(obj, griffe.Module):
+                _foreign_exports(obj)
+            public = not obj.name.startswith("_") and isinstance(obj.parent, griffe.Module)
+            if obj.docstring is None and isinstance(obj, griffe.Attribute) and obj.lineno:
+                text = _comment_doc(obj)
+                if text:
+                    _document(obj, text, pkg.docstring)
+            elif obj.docstring is None and public and isinstance(obj, griffe.Class):
+                text = _runtime_doc(obj)
+                if text:
+                    _document(obj, text, pkg.docstring)
             if obj.docstring is not None:
                 obj.docstring.value = fence_doctests(split_multi_params(obj.docstring.value))
             if isinstance(obj, griffe.Class) and _is_module_class(obj) and not _has_own_init(obj):

@@ -147,7 +147,7 @@ KNOWN: dict[str, str] = {
     "test_tree.py::test_tree_allclose": _TREE_EQUAL,
     "test_tree.py::test_tree_flatten_one_level": (
         "deliberate: flatten_one_level returns spruce's PyTreeDef, which is not equal to JAX's "
-        "(README, 'Where spruce differs from jax.tree_util')"
+        "(docs/from/jax-tree-util.md, 'Where spruce differs from jax.tree_util')"
     ),
     "test_tree.py::test_tree_flatten_one_level_special": _EQ,
 }

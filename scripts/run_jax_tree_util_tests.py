@@ -49,11 +49,12 @@ NOT_APPLICABLE: dict[str, str] = {
 }
 
 # Failures that are understood: "Class.method" prefix -> classification.  "deliberate" points
-# at the README section "Where spruce differs from jax.tree_util, on purpose" (README) or a
-# docstring; "open" names what still has to change, and where.
-_WORDING = "deliberate: message text only (the exception class agrees; spruce names the key path and both sides: README)"
-_UNHASHABLE = "deliberate: unhashable node data (a list aux, a dict subclass) cannot be compared: README, last item"
-_DICT_ORDER = "deliberate: a rebuilt dict keeps the input's insertion order: README, first item"
+# at the section "Where spruce differs from jax.tree_util, on purpose" of
+# docs/from/jax-tree-util.md (named "docs/from" below) or a docstring; "open" names what still
+# has to change, and where.
+_WORDING = "deliberate: message text only (the exception class agrees; spruce names the key path and both sides: docs/from)"
+_UNHASHABLE = "deliberate: unhashable node data (a list aux, a dict subclass) cannot be compared: docs/from, last item"
+_DICT_ORDER = "deliberate: a rebuilt dict keeps the input's insertion order: docs/from, first item"
 _IS_LEAF_TAKES_PATH = (
     "open (a regression: these passed): is_leaf_takes_path= of the *_with_path functions "
     "(_tree/_traverse.py, _tree/_walker.py)"
@@ -81,15 +82,15 @@ KNOWN: dict[str, str] = {
     "TreeTest.testTransposeInferInnerTreedef": _UNHASHABLE,
     "TreeTest.testTransposeWithCustomObject": (
         "deliberate: transpose checks node by node and this class changes its node data when "
-        "rebuilt (spruce.tree.transpose docstring; README)"
+        "rebuilt (spruce.tree.transpose docstring; docs/from)"
     ),
     "TreeTest.testTranspose":
-        "deliberate: unhashable node data (AnObject), or node data that changes when rebuilt (FlatCache): README",
-    "TreeTest.testDictKeysSortable": "deliberate: keys that do not compare are ordered by (type, key): README, first item",
+        "deliberate: unhashable node data (AnObject), or node data that changes when rebuilt (FlatCache): docs/from",
+    "TreeTest.testDictKeysSortable": "deliberate: keys that do not compare are ordered by (type, key): docs/from, first item",
     "TreeTest.testFlattenDictKeyOrder": _DICT_ORDER,
     "TreeTest.testFlattenDefaultDictKeyOrder": _DICT_ORDER,
     "TreeTest.testFlattenWithPathDefaultDict": _DICT_ORDER,
-    "TreeTest.testFlattenOneLevel": "deliberate: flatten_one_level returns a PyTreeDef and accepts leaves (Equinox's): README",
+    "TreeTest.testFlattenOneLevel": "deliberate: flatten_one_level returns a PyTreeDef and accepts leaves (Equinox's): docs/from",
     "TreeTest.testFlattenWithPathWithIsLeafArgument": _IS_LEAF_TAKES_PATH,
     "TreeTest.testTreeFlattenWithPathWithIsLeafWithPathArgument": _IS_LEAF_TAKES_PATH,
     "TreeTest.testTreeMapWithPathWithIsLeaf": _IS_LEAF_TAKES_PATH,

@@ -21,6 +21,8 @@ import functools
 import operator
 import os
 import re
+import shutil
+import struct
 import subprocess
 import sys
 import textwrap
@@ -627,8 +629,11 @@ __all__ = [
     "assert_leaves_equal",
     "assert_text_close",
     "assert_tree_equal",
+    "browser",
     "cases",
+    "chromium",
     "follow",
+    "png_size",
     "run_python",
     "same_leaf",
     "text_difference",
@@ -653,3 +658,39 @@ def fifo(p: str) -> Any:
         yield p
     finally:
         timer.cancel()
+
+
+# ---------------------------------------------------------------------------------------------
+# Pages in a browser: Debian's headless chromium (tests/test_view.py, tests/test_docs_site.py).
+# ---------------------------------------------------------------------------------------------
+
+
+def chromium() -> str:
+    """The path of Debian's ``chromium`` (or ``chromium-browser``); skips the calling test,
+    saying why, where it is missing (``make test`` installs it with apt-get where it can)."""
+    import pytest
+
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("Debian's chromium is not installed (make test installs it with apt-get where it can: "
+                "as root on a Debian-like machine)")
+    raise AssertionError("unreachable")
+
+
+def browser(tmp_path: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run headless chromium with ``args`` (``--dump-dom URL``, ``--screenshot=PNG URL``, ...)
+    and a fresh profile under ``tmp_path``; returns the completed process (the DOM on stdout)."""
+    cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+           f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+
+
+def png_size(path: Any) -> tuple[int, int]:
+    """(width, height) of the PNG file at ``path``, read from its header."""
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", head[16:24])
+    return width, height

@@ -11,9 +11,6 @@ import dataclasses
 import html as _html
 import math
 import re
-import shutil
-import struct
-import subprocess
 import sys
 import time
 from typing import Any
@@ -25,7 +22,7 @@ import spruce
 import spruce.io as sio
 import spruce.tree as st
 import spruce.view as view
-from helpers import run_python
+from helpers import browser, png_size, run_python
 
 MINILM_PARAMS = 22_713_728
 MINILM_BYTES = 90_856_960
@@ -532,54 +529,30 @@ def test_sharded_jax_arrays_on_eight_cpu_devices() -> None:
 # -- in a browser ----------------------------------------------------------------------------------
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("Debian's chromium is not installed (make test installs it with apt-get where it can: "
-                "as root on a Debian-like machine)")
-    raise AssertionError("unreachable")
-
-
-def _browser(tmp_path: Any, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-           f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-
-
-def _png_size(path: Any) -> tuple[int, int]:
-    with open(path, "rb") as f:
-        head = f.read(24)
-    assert head[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", head[16:24])
-    return width, height
-
-
 @pytest.mark.slow
 def test_pages_in_headless_chromium(minilm: Any, tmp_path: Any) -> None:
     page = tmp_path / "minilm.html"
     page.write_text(view.html(minilm, title="all-MiniLM-L6-v2"), encoding="utf-8")
-    done = _browser(tmp_path, "--dump-dom", page.as_uri())
+    done = browser(tmp_path, "--dump-dom", page.as_uri())
     assert done.returncode == 0, done.stderr[-2000:]
     dom = done.stdout
     assert dom.count("<details") == 86  # the parser kept every level
     assert dom.count('class="dt"') == 104 and "<title>all-MiniLM-L6-v2</title>" in dom
     shot = tmp_path / "minilm.png"
-    done = _browser(tmp_path, "--window-size=1280,900", f"--screenshot={shot}", page.as_uri())
+    done = browser(tmp_path, "--window-size=1280,900", f"--screenshot={shot}", page.as_uri())
     assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
-    assert _png_size(shot) == (1280, 900)
+    assert png_size(shot) == (1280, 900)
     assert shot.stat().st_size > 30_000  # drawn rows, not a blank page
     svg = tmp_path / "minilm.svg"
     svg.write_text(view.treemap(minilm), encoding="utf-8")
-    done = _browser(tmp_path, "--dump-dom", svg.as_uri())
+    done = browser(tmp_path, "--dump-dom", svg.as_uri())
     assert done.returncode == 0 and done.stdout.count('class="leaf"') == svg.read_text().count('class="leaf"') > 70
     shot = tmp_path / "treemap.png"
-    done = _browser(tmp_path, "--window-size=960,626", f"--screenshot={shot}", svg.as_uri())
-    assert done.returncode == 0 and _png_size(shot) == (960, 626) and shot.stat().st_size > 20_000
+    done = browser(tmp_path, "--window-size=960,626", f"--screenshot={shot}", svg.as_uri())
+    assert done.returncode == 0 and png_size(shot) == (960, 626) and shot.stat().st_size > 20_000
     deep: Any = None
     for i in range(10_000):
         deep = [np.float32(i), deep]
     page.write_text(view.html(deep), encoding="utf-8")
-    done = _browser(tmp_path, "--dump-dom", page.as_uri())
+    done = browser(tmp_path, "--dump-dom", page.as_uri())
     assert done.returncode == 0 and done.stdout.count("<details") == view._html.NEST_LIMIT + 1

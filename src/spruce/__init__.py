@@ -49,7 +49,9 @@ from ._tree._depth import COMPILED as _COMPILED
 
 _jax_bridge.install()  # registrations reach jax.tree_util when JAX is (or becomes) imported
 
+#: True when the mypyc-compiled engine is loaded, False when the same source runs as plain Python.
 __compiled__: bool = _COMPILED
+#: The version of this build, as in the package metadata.
 __version__ = "0.1.0"
 
 _SUBPACKAGES = frozenset(["cli", "io", "jax", "models", "nn", "sharding", "view"])

@@ -47,7 +47,10 @@ from .tree import treedef_tuple as treedef_tuple
 from .tree import unflatten as tree_unflatten
 from .tree import unregister as unregister
 
+#: The type of one key-path entry (``DictKey``, ``SequenceKey``, ``GetAttrKey``,
+#: ``FlattenedIndexKey`` or a custom node's own), as jax.tree_util's ``KeyEntry``.
 KeyEntry = _Any
+#: The type of a key path: a tuple of ``KeyEntry``, as jax.tree_util's ``KeyPath``.
 KeyPath = tuple[_Any, ...]
 
 # A literal list: type checkers read it to know what this module exports (a renaming import
