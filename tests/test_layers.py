@@ -4,7 +4,8 @@ Layers, bottom to top (a module's layer is decided by its path under ``src/spruc
 
 0. the engine: ``_tree/``;
 1. the public faces of the engine and the shared vocabularies: ``tree``, ``tree_util``,
-   ``_arrays``, ``_names``, ``_place``, ``_jax_bridge``, ``_partial``, ``_extras``, ``typing``;
+   ``_arrays``, ``_names``, ``_place``, ``_jax_bridge``, ``_partial``, ``_extras``, ``typing``,
+   ``optree/`` (optree's names on the engine);
 2. the model layer: ``_module/``;
 3. the JAX layer: ``jax/``;
 4. ``io/``, ``sharding/``, ``nn/`` (none of them imports another);
@@ -42,6 +43,7 @@ LAYERS: dict[str, int] = {
     "_partial": 1,
     "_extras": 1,
     "typing": 1,
+    "optree": 1,
     "_module": 2,
     "jax": 3,
     "io": 4,

@@ -431,6 +431,42 @@ class CustomData:
         return self.aux_str if self.aux_str is not None else str(self.aux)
 
 
+class EntriesAux:
+    """The aux data of a node whose flatten function also named its children's entries, as
+    optree's three-value flatten functions do (classes registered through ``spruce.optree``).
+
+    ``metadata`` is the aux data proper: it alone is compared, hashed and printed, so the
+    entries change neither equality nor the repr of a PyTreeDef (as in optree, whose
+    structures compare node data but not entries).  ``entries`` are the children's entries,
+    which ``PyTreeDef.entries()`` returns and key paths use.
+    """
+
+    metadata: Any
+    entries: tuple[Any, ...]
+
+    def __init__(self, metadata: Any, entries: tuple[Any, ...]) -> None:
+        self.metadata = metadata
+        self.entries = entries
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EntriesAux) and bool(self.metadata == other.metadata)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash(self.metadata)
+
+    def __repr__(self) -> str:
+        return repr(self.metadata)
+
+    def __str__(self) -> str:
+        return str(self.metadata)
+
+    def __reduce__(self) -> Any:
+        return (EntriesAux, (self.metadata, self.entries))
+
+
 # Dict key order: sorted, with a deterministic total order for keys that do not compare.
 
 

@@ -30,7 +30,7 @@ from ._kinds import (
     STRUCTSEQ,
     TUPLE,
 )
-from ._nodes import CustomData
+from ._nodes import CustomData, EntriesAux
 from ._text import qualified_name
 
 # A PyTreeDef, typed loosely: _treedef imports this module, so it cannot import _treedef.
@@ -67,8 +67,9 @@ def root_type(td: PyTreeDef) -> Any:
 
 def entries(td: PyTreeDef) -> list[Any]:
     """The entries of the root's children, as optree's PyTreeSpec.entries: the keys of a dict
-    kind (in the structure's order), the field names of a register_dataclass class, and the
-    positions 0..n-1 of every other node."""
+    kind (in the structure's order), the field names of a register_dataclass class, the
+    entries a flatten function returned (optree's three-value flatten, see ``EntriesAux``),
+    and the positions 0..n-1 of every other node."""
     code = td._codes[0]
     n = code >> SHIFT
     kind = code & MASK
@@ -78,6 +79,8 @@ def entries(td: PyTreeDef) -> list[Any]:
         cd: CustomData = td._data[0]
         if cd.info.mode == MODE_DATACLASS or cd.info.mode == MODE_DATACLASS_INIT:
             return list(cd.info.data_fields)
+        if isinstance(cd.aux, EntriesAux):
+            return list(cd.aux.entries)
     return list(range(n))
 
 
