@@ -694,3 +694,22 @@ def png_size(path: Any) -> tuple[int, int]:
     assert head[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", head[16:24])
     return width, height
+
+
+def spec_props(spec: Any) -> Any:
+    """What optree's PyTreeSpec and spruce's PyTreeDef must agree on about a structure (type,
+    kind, sizes, entries, leaf tests, none_is_leaf, namespace), its children's included."""
+    return (
+        spec.type,
+        int(spec.kind),
+        spec.num_children,
+        spec.num_nodes,
+        spec.num_leaves,
+        len(spec),
+        spec.entries(),
+        spec.is_leaf(),
+        spec.is_leaf(strict=False),
+        spec.none_is_leaf,
+        spec.namespace,
+        [spec_props(c) for c in spec.children()],
+    )

@@ -18,7 +18,7 @@ import optree
 import pytest
 
 import spruce.tree as st
-from helpers import assert_tree_equal
+from helpers import assert_tree_equal, spec_props
 
 NT = namedtuple("NT", ["x", "y"])
 
@@ -45,22 +45,6 @@ IDS = [f"t{i}-{type(t).__name__}" for i, t in enumerate(TREES)]
 _GLOBAL = getattr(optree.registry, "__GLOBAL_NAMESPACE")  # optree's spelling of ""
 
 
-def props(spec: Any) -> Any:
-    """What the two libraries must agree on about a structure, its children included."""
-    return (
-        spec.type,
-        int(spec.kind),
-        spec.num_children,
-        spec.num_nodes,
-        spec.num_leaves,
-        len(spec),
-        spec.entries(),
-        spec.is_leaf(),
-        spec.is_leaf(strict=False),
-        spec.none_is_leaf,
-        spec.namespace,
-        [props(c) for c in spec.children()],
-    )
 
 
 def _specs(tree: Any, **kw: Any) -> tuple[Any, Any]:
@@ -74,12 +58,12 @@ def _specs(tree: Any, **kw: Any) -> tuple[Any, Any]:
 @pytest.mark.parametrize("tree", TREES, ids=IDS)
 def test_spec_properties_match_optree(tree: Any, none_is_leaf: bool) -> None:
     ours, theirs = _specs(tree, none_is_leaf=none_is_leaf)
-    assert props(ours) == props(theirs)
+    assert spec_props(ours) == spec_props(theirs)
     assert ours.kind == theirs.kind  # the same enum values (an IntEnum compares with ints)
     assert ours.kind.name == theirs.kind.name
     for i in range(-ours.num_children, ours.num_children):
         assert ours.entry(i) == theirs.entry(i)
-        assert props(ours.child(i)) == props(theirs.child(i))
+        assert spec_props(ours.child(i)) == spec_props(theirs.child(i))
 
 
 @pytest.mark.parametrize("tree", TREES, ids=IDS)
@@ -121,12 +105,12 @@ def test_walk_keeps_jax_form() -> None:
 def test_transform_matches_optree(tree: Any) -> None:
     ours, theirs = _specs(tree)
     pair_o, pair_t = _specs((0, 0))
-    assert props(ours.transform(None, lambda s: pair_o)) == props(theirs.transform(None, lambda s: pair_t))
+    assert spec_props(ours.transform(None, lambda s: pair_o)) == spec_props(theirs.transform(None, lambda s: pair_t))
     assert ours.transform(lambda s: s, None) == ours
     seen_o: list[Any] = []
     seen_t: list[Any] = []
-    ours.transform(lambda s: seen_o.append(props(s)) or s, lambda s: seen_o.append(props(s)) or s)
-    theirs.transform(lambda s: seen_t.append(props(s)) or s, lambda s: seen_t.append(props(s)) or s)
+    ours.transform(lambda s: seen_o.append(spec_props(s)) or s, lambda s: seen_o.append(spec_props(s)) or s)
+    theirs.transform(lambda s: seen_t.append(spec_props(s)) or s, lambda s: seen_t.append(spec_props(s)) or s)
     assert seen_o == seen_t
 
 
@@ -158,12 +142,12 @@ def test_prefix_order_and_common_suffix_match_optree() -> None:
             assert oa.is_prefix(ob, strict=strict) == ta.is_prefix(tb, strict=strict), where
             assert oa.is_suffix(ob, strict=strict) == ta.is_suffix(tb, strict=strict), where
         try:
-            want = props(ta.broadcast_to_common_suffix(tb))
+            want = spec_props(ta.broadcast_to_common_suffix(tb))
         except ValueError:
             with pytest.raises(ValueError, match="different nodes at the same place"):
                 oa.broadcast_to_common_suffix(ob)
         else:
-            assert props(oa.broadcast_to_common_suffix(ob)) == want, where
+            assert spec_props(oa.broadcast_to_common_suffix(ob)) == want, where
 
 
 def test_order_with_other_types_raises() -> None:
@@ -240,7 +224,7 @@ def test_namespaced_walks_match_optree(registered: Any, tree: Any, namespace: st
     leaves, td = st.flatten(tree, namespace=namespace)
     oleaves, otd = optree.tree_flatten(tree, **okw)
     assert [id(x) for x in leaves] == [id(x) for x in oleaves]
-    assert props(td) == props(otd)
+    assert spec_props(td) == spec_props(otd)
     assert td.namespace == otd.namespace
     assert [id(x) for x in st.leaves(tree, namespace=namespace)] == [id(x) for x in oleaves]
     assert [id(x) for x in st.iter(tree, namespace=namespace)] == [id(x) for x in oleaves]
@@ -365,7 +349,7 @@ def test_dict_insertion_ordered_matches_optree(tree: Any) -> None:
             leaves, td = st.flatten(tree, **kw)
             oleaves, otd = optree.tree_flatten(tree, **kw)
             assert leaves == oleaves, kw
-            assert props(td) == props(otd), kw
+            assert spec_props(td) == spec_props(otd), kw
             assert td.unflatten(leaves) == otd.unflatten(oleaves)
             assert list(td.unflatten(leaves)) == list(otd.unflatten(oleaves))
             assert st.leaves(st.map(lambda x: x, tree, **kw), **kw) == oleaves
@@ -377,7 +361,7 @@ def test_dict_insertion_ordered_matches_optree(tree: Any) -> None:
         leaves, td = st.flatten(tree)
         oleaves, otd = optree.tree_flatten(tree)
         assert leaves == oleaves
-        assert props(td) == props(otd)
+        assert spec_props(td) == spec_props(otd)
         assert st.is_dict_insertion_ordered(namespace="ns-q")
     assert st.leaves(tree) == optree.tree_leaves(tree)
 

@@ -24,6 +24,7 @@ import pytest
 import spruce.optree as so
 import spruce.optree.treespec as short
 import spruce.tree as st
+from helpers import spec_props
 from spruce.optree import _treespec
 
 NT = namedtuple("NT", ["x", "y"])
@@ -54,22 +55,6 @@ TREES: list[Any] = [
 IDS = [f"t{i}-{type(t).__name__}" for i, t in enumerate(TREES)]
 
 
-def props(spec: Any) -> Any:
-    """What optree's and spruce's structures must agree on, the children's included."""
-    return (
-        spec.type,
-        int(spec.kind),
-        spec.num_children,
-        spec.num_nodes,
-        spec.num_leaves,
-        len(spec),
-        spec.entries(),
-        spec.is_leaf(),
-        spec.is_leaf(strict=False),
-        spec.none_is_leaf,
-        spec.namespace,
-        [props(c) for c in spec.children()],
-    )
 
 
 def optree_repr(spec: Any) -> str:
@@ -212,7 +197,7 @@ def test_constructors_build_the_structure_of_the_tree(tree: Any, none_is_leaf: b
         assert ours == expected
         assert repr(ours) == repr(expected)
         assert hash(ours) == hash(expected)
-        assert props(ours) == props(theirs)
+        assert spec_props(ours) == spec_props(theirs)
         assert ours.unflatten(range(ours.num_leaves)) == expected.unflatten(range(ours.num_leaves))
         if same_grammar(tree):
             assert optree_repr(ours) == repr(theirs)
@@ -222,7 +207,7 @@ def test_constructors_build_the_structure_of_the_tree(tree: Any, none_is_leaf: b
 def test_leaf_and_none(none_is_leaf: bool) -> None:
     for f in ("treespec_leaf", "treespec_none"):
         ours, theirs = both(lambda m, f=f: getattr(m, f)(none_is_leaf=none_is_leaf, namespace=NS))
-        assert props(ours) == props(theirs)
+        assert spec_props(ours) == spec_props(theirs)
         assert optree_repr(ours) == repr(theirs)
         assert ours.namespace == ""  # a leaf or None needs no registration
     assert so.treespec_leaf(none_is_leaf=none_is_leaf) == st.structure(0, none_is_leaf=none_is_leaf)
@@ -240,7 +225,7 @@ def test_mapping_constructors_take_pairs_and_keywords() -> None:
     assert so.treespec_deque(iter([leaf, none]), maxlen=5) == st.structure(deque([0, None], maxlen=5))
     assert so.treespec_tuple(iter([leaf, leaf])) == st.structure((0, 0))
     for f in (so.treespec_tuple, so.treespec_list, so.treespec_dict, so.treespec_ordereddict, so.treespec_deque):
-        assert props(f()) == props(getattr(optree, f.__name__)())
+        assert spec_props(f()) == spec_props(getattr(optree, f.__name__)())
     ours, theirs = both(lambda m: m.treespec_dict({1: m.treespec_leaf(), "a": m.treespec_leaf()}))
     assert ours.entries() == theirs.entries() == [1, "a"]
 
@@ -270,9 +255,9 @@ def test_registered_classes_and_namespaces_match_optree() -> None:
     }
     for name, f in cases.items():
         ours, theirs = both(f)
-        assert props(ours) == props(theirs), name
+        assert spec_props(ours) == spec_props(theirs), name
     ours = so.treespec_list([so.treespec_leaf()], namespace=so.GLOBAL_NAMESPACE)
-    assert props(ours) == props(optree.treespec_list([optree.treespec_leaf()]))
+    assert spec_props(ours) == spec_props(optree.treespec_list([optree.treespec_leaf()]))
     ours = so.treespec_from_collection(Pair(so.treespec_leaf(), so.treespec_tuple([so.treespec_leaf()])), namespace=NS)
     assert ours == st.structure(Pair(1, (2,)), namespace=NS)
     assert repr(ours) == repr(st.structure(Pair(1, (2,)), namespace=NS))
@@ -290,7 +275,7 @@ def test_from_collection_of_a_leaf_warns_and_gives_a_leaf() -> None:
             ours = so.treespec_from_collection(value, none_is_leaf=nil)
         with pytest.warns(UserWarning, match="called on a leaf"):
             theirs = optree.treespec_from_collection(value if not isinstance(value, st.PyTreeDef) else 1, none_is_leaf=nil)
-        assert props(ours) == props(theirs)
+        assert spec_props(ours) == spec_props(theirs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         so.treespec_from_collection(1)
@@ -419,14 +404,14 @@ def test_frozendict_needs_python_3_15() -> None:
 def test_questions_match_optree(tree: Any, none_is_leaf: bool) -> None:
     ours, theirs = st.structure(tree, none_is_leaf=none_is_leaf), optree.tree_structure(tree, none_is_leaf=none_is_leaf)
     assert so.treespec_entries(ours) == optree.treespec_entries(theirs)
-    assert [props(c) for c in so.treespec_children(ours)] == [props(c) for c in optree.treespec_children(theirs)]
+    assert [spec_props(c) for c in so.treespec_children(ours)] == [spec_props(c) for c in optree.treespec_children(theirs)]
     for i in range(-ours.num_children, ours.num_children):
         assert so.treespec_entry(ours, i) == optree.treespec_entry(theirs, i)
-        assert props(so.treespec_child(ours, i)) == props(optree.treespec_child(theirs, i))
+        assert spec_props(so.treespec_child(ours, i)) == spec_props(optree.treespec_child(theirs, i))
     one_o, one_t = so.treespec_one_level(ours), optree.treespec_one_level(theirs)
     assert (one_o is None) == (one_t is None)
     if one_o is not None:
-        assert props(one_o) == props(one_t)
+        assert spec_props(one_o) == spec_props(one_t)
         assert so.treespec_is_one_level(one_o)
     for name in ("treespec_is_leaf", "treespec_is_strict_leaf", "treespec_is_one_level"):
         assert getattr(so, name)(ours) == getattr(optree, name)(theirs), name
@@ -439,7 +424,7 @@ def test_one_level_keeps_namespace_and_none_is_leaf() -> None:
             ours, theirs = both(
                 lambda m, tree=tree, nil=nil: m.treespec_one_level(m.tree_structure(tree, none_is_leaf=nil, namespace=NS))
             )
-            assert props(ours) == props(theirs)
+            assert spec_props(ours) == spec_props(theirs)
     assert so.treespec_one_level(st.structure(None, none_is_leaf=True)) is None
 
 
@@ -488,9 +473,9 @@ def test_transform_matches_optree(tree: Any) -> None:
     def to_pair(m: Any) -> Any:
         return lambda leaf: m.treespec_tuple([m.treespec_leaf(), m.treespec_none()])
 
-    assert props(so.treespec_transform(ours, to_list(so))) == props(optree.treespec_transform(theirs, to_list(optree)))
+    assert spec_props(so.treespec_transform(ours, to_list(so))) == spec_props(optree.treespec_transform(theirs, to_list(optree)))
     paired = optree.treespec_transform(theirs, None, to_pair(optree))
-    assert props(so.treespec_transform(ours, None, to_pair(so))) == props(paired)
+    assert spec_props(so.treespec_transform(ours, None, to_pair(so))) == spec_props(paired)
     assert so.treespec_transform(ours) == ours
 
 

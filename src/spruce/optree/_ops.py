@@ -301,23 +301,15 @@ def tree_transpose(outer_treespec: PyTreeDef, inner_treespec: PyTreeDef, tree: A
       ValueError: ``tree`` is not outer∘inner (naming the key path), or the structures'
         ``none_is_leaf`` / namespaces differ.
     """
-    if is_leaf is not None:
-        if not isinstance(outer_treespec, PyTreeDef) or not isinstance(inner_treespec, PyTreeDef):
-            return _tree.transpose(outer_treespec, inner_treespec, tree)
-        composed = outer_treespec.compose(inner_treespec)
-        leaves, spec = tree_flatten(
-            tree, is_leaf, none_is_leaf=composed.none_is_leaf, namespace=composed.namespace
-        )
-        if spec != composed:
-            raise ValueError(f"tree_transpose: the tree's structure {spec!r} is not outer∘inner = {composed!r}")
-        tree = spec.unflatten(leaves)
-    if (
-        isinstance(outer_treespec, PyTreeDef)
-        and isinstance(inner_treespec, PyTreeDef)
-        and outer_treespec.none_is_leaf != inner_treespec.none_is_leaf
-    ):
-        raise ValueError("tree_transpose: the outer and inner structures differ in none_is_leaf")
-    return _tree.transpose(outer_treespec, inner_treespec, tree)
+    if isinstance(outer_treespec, PyTreeDef) and isinstance(inner_treespec, PyTreeDef):
+        if outer_treespec.none_is_leaf != inner_treespec.none_is_leaf:
+            raise ValueError("tree_transpose: the outer and inner structures differ in none_is_leaf")
+        if is_leaf is not None:  # the subtrees is_leaf stops at must sit where outer∘inner has leaves
+            composed = outer_treespec.compose(inner_treespec)
+            spec = tree_structure(tree, is_leaf, none_is_leaf=composed.none_is_leaf, namespace=composed.namespace)
+            if spec != composed:
+                raise ValueError(f"tree_transpose: the tree's structure {spec!r} is not outer∘inner = {composed!r}")
+    return _tree.transpose(outer_treespec, inner_treespec, tree)  # (its TypeError names a non-structure)
 
 
 def _transpose_map(

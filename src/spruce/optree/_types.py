@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from .._tree._expand import structseq_fields as _engine_structseq_fields
 from .._tree._kindenum import PyTreeKind
 from .._tree._registry import is_namedtuple_type, is_structseq_type
 from .._tree._treedef import PyTreeDef
@@ -154,15 +155,5 @@ def structseq_fields(obj: Any, /) -> tuple[str, ...]:
         what = "class" if isinstance(obj, type) else "instance"
         raise TypeError(f"expected a struct sequence {what}, got {obj!r}")
     n = int(cls.n_sequence_fields)  # type: ignore[attr-defined]
-    members = [k for k, v in vars(cls).items() if type(v).__name__ == "member_descriptor"]
-    fields = ["unnamed field"] * n
-    try:  # an instance whose items are their own positions tells where each member sits
-        probe = cls(tuple(range(int(cls.n_fields))))  # type: ignore[attr-defined]
-        for name in members:
-            at = getattr(probe, name)
-            if type(at) is int and 0 <= at < n:
-                fields[at] = name
-    except Exception:  # a class that refuses such an instance: members are in field order
-        for i, name in enumerate(members[:n]):
-            fields[i] = name
-    return tuple(fields)
+    named = _engine_structseq_fields(cls)[:n]  # the named ones come first (os.stat_result's ints last)
+    return tuple(named) + ("unnamed field",) * (n - len(named))
